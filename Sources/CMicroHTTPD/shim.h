@@ -1,0 +1,102 @@
+#ifndef PORTICO_CMICROHTTPD_SHIM_H
+#define PORTICO_CMICROHTTPD_SHIM_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <microhttpd.h>
+
+/* MHD_OPTION_URI_LOG_CALLBACK's callback: its result becomes the request's *con_cls. */
+typedef void *(*portico_uri_log_callback)(void *cls, const char *uri, struct MHD_Connection *con);
+
+/*
+ * MHD_start_daemon is variadic and Swift cannot call C variadics. Every option
+ * Portico sets is gathered in this struct and passed through MHD_OPTION_ARRAY.
+ */
+struct portico_mhd_config {
+    unsigned int flags;
+    uint16_t port;
+    const struct sockaddr *bind_address;      /* NULL: any address */
+    unsigned int thread_pool_size;            /* 0 or 1: a single internal thread */
+    unsigned int connection_limit;
+    unsigned int connection_timeout_seconds;  /* idle timeout, 0 = none */
+    size_t connection_memory_limit;           /* per-connection buffer for the head and body chunks */
+    int strict_level;                         /* MHD_OPTION_STRICT_FOR_CLIENT */
+    MHD_AccessHandlerCallback access_handler;
+    void *access_context;
+    portico_uri_log_callback uri_log_callback;
+    void *uri_log_context;
+    MHD_RequestCompletedCallback completed_callback;
+    void *completed_context;
+    MHD_NotifyConnectionCallback connection_callback;
+    void *connection_context;
+    int listen_backlog;
+    /* TLS, optional: PEM strings or NULL */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
+};
+
+static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_config *c) {
+    struct MHD_OptionItem opts[16];
+    int n = 0;
+    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_LIMIT, c->connection_limit, NULL };
+    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_TIMEOUT, c->connection_timeout_seconds, NULL };
+    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->connection_memory_limit, NULL };
+    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_STRICT_FOR_CLIENT, c->strict_level, NULL };
+    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL };
+    if (c->thread_pool_size > 1)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, c->thread_pool_size, NULL };
+    if (c->bind_address != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_SOCK_ADDR, 0, (void *)c->bind_address };
+    if (c->uri_log_callback != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)c->uri_log_callback, c->uri_log_context };
+    if (c->completed_callback != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)c->completed_callback, c->completed_context };
+    if (c->connection_callback != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)c->connection_callback, c->connection_context };
+    if (c->listen_backlog > 0)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTEN_BACKLOG_SIZE, c->listen_backlog, NULL };
+    if (c->tls_cert_pem != NULL && c->tls_key_pem != NULL) {
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem };
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem };
+    }
+    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+    return MHD_start_daemon(c->flags, c->port, NULL, NULL,
+                            c->access_handler, c->access_context,
+                            MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+}
+
+/* MHD_get_daemon_info and MHD_get_connection_info return unions: flatten them. */
+static inline uint16_t portico_mhd_bound_port(struct MHD_Daemon *d) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    return info == NULL ? 0 : info->port;
+}
+
+static inline unsigned int portico_mhd_current_connections(struct MHD_Daemon *d) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info == NULL ? 0 : info->num_connections;
+}
+
+/* Writes the client's address as text into buf; returns 0 on success. */
+static inline int portico_mhd_client_address(struct MHD_Connection *c, char *buf, size_t len) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == NULL || info->client_addr == NULL) return -1;
+    const struct sockaddr *sa = info->client_addr;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        return inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len) == NULL ? -1 : 0;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        return inet_ntop(AF_INET6, &in6->sin6_addr, buf, (socklen_t)len) == NULL ? -1 : 0;
+    }
+    return -1;
+}
+
+static inline uint64_t portico_mhd_size_unknown(void) { return MHD_SIZE_UNKNOWN; }
+
+#endif

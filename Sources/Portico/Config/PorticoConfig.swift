@@ -1,0 +1,238 @@
+import Foundation
+import Logging
+
+/// A parsed, validated configuration: an immutable value. Runtime objects (router, upstream
+/// clients, token managers) are built from it; a reload builds new ones from a new value.
+public struct PorticoConfig: Sendable, Equatable {
+    /// The file it was read from (for messages); "<embedded>" for built-in configs.
+    public var source: String
+    public var listen: ListenConfig
+    public var admin: AdminConfig
+    public var logging: LoggingConfig
+    public var upstreams: [String: UpstreamConfig]
+    public var credentials: [String: CredentialConfig]
+    public var middleware: [String: MiddlewareConfig]
+    public var defaults: DefaultsConfig
+    public var routes: [RouteConfig]
+
+    public init(source: String = "<embedded>", listen: ListenConfig = ListenConfig(), admin: AdminConfig = AdminConfig(),
+                logging: LoggingConfig = LoggingConfig(), upstreams: [String: UpstreamConfig] = [:],
+                credentials: [String: CredentialConfig] = [:], middleware: [String: MiddlewareConfig] = [:],
+                defaults: DefaultsConfig = DefaultsConfig(), routes: [RouteConfig] = []) {
+        self.source = source
+        self.listen = listen
+        self.admin = admin
+        self.logging = logging
+        self.upstreams = upstreams
+        self.credentials = credentials
+        self.middleware = middleware
+        self.defaults = defaults
+        self.routes = routes
+    }
+}
+
+/// `listen:` — the proxy listener.
+public struct ListenConfig: Sendable, Equatable {
+    public var address: String = "0.0.0.0"
+    public var port: Int = 8080
+    public var threads: Int = 4
+    public var connectionLimit: Int = 10_000
+    /// Idle connections are closed after this long.
+    public var idleTimeout: Duration = .seconds(60)
+    /// Every request must be answered within this (head, body, chain, upstream).
+    public var requestTimeout: Duration = .seconds(30)
+    public var maxHeaderBytes: Int = 32 * 1024
+    public var maxBodyBytes: Int = 10 * 1024 * 1024
+    /// On SIGTERM: keep accepting this long after /readyz turns 503 (load balancers notice).
+    public var drainDelay: Duration = .zero
+    /// On SIGTERM: in-flight requests get this long to finish.
+    public var shutdownGrace: Duration = .seconds(30)
+
+    public init() {}
+}
+
+/// `admin:` — /metrics, /healthz, /readyz. Disabled with `admin: { enabled: false }`.
+public struct AdminConfig: Sendable, Equatable {
+    public var enabled: Bool = true
+    public var address: String = "127.0.0.1"
+    public var port: Int = 9901
+
+    public init() {}
+}
+
+/// `logging:`
+public struct LoggingConfig: Sendable, Equatable {
+    public enum Format: String, Sendable, Equatable, CaseIterable {
+        case json, logfmt
+    }
+    public var level: Logger.Level = .info
+    public var format: Format = .json
+
+    public init() {}
+}
+
+/// `defaults:`
+public struct DefaultsConfig: Sendable, Equatable {
+    /// Middleware names, outermost first, for routes that do not list their own.
+    public var middleware: [String] = []
+
+    public init() {}
+}
+
+/// `routes[]`
+public struct RouteConfig: Sendable, Equatable {
+    public struct Match: Sendable, Equatable {
+        /// Exact path.
+        public var path: String?
+        /// Path prefix; the longest matching prefix wins.
+        public var pathPrefix: String?
+        /// Host (without port), case-insensitive. `*.example.com` matches one or more labels.
+        public var host: String?
+        /// Allowed methods; empty means all.
+        public var methods: [String] = []
+
+        public init(path: String? = nil, pathPrefix: String? = nil, host: String? = nil, methods: [String] = []) {
+            self.path = path
+            self.pathPrefix = pathPrefix
+            self.host = host
+            self.methods = methods
+        }
+    }
+
+    /// `direct:` — answer without an upstream.
+    public struct Direct: Sendable, Equatable {
+        public var status: Int = 200
+        public var body: String = ""
+        /// In order, as written.
+        public var headers: [(String, String)] = []
+
+        public init(status: Int = 200, body: String = "", headers: [(String, String)] = []) {
+            self.status = status
+            self.body = body
+            self.headers = headers
+        }
+
+        public static func == (a: Direct, b: Direct) -> Bool {
+            a.status == b.status && a.body == b.body && a.headers.elementsEqual(b.headers, by: { $0 == $1 })
+        }
+    }
+
+    public var name: String
+    public var match: Match
+    /// Exactly one of `upstream` and `direct` is set.
+    public var upstream: String?
+    public var direct: Direct?
+    public var stripPrefix: Bool = false
+    /// `nil`: take `defaults.middleware`; `[]`: none.
+    public var middleware: [String]?
+    /// Overrides `listen.request_timeout` for this route.
+    public var timeout: Duration?
+
+    public init(name: String, match: Match, upstream: String? = nil, direct: Direct? = nil,
+                stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil) {
+        self.name = name
+        self.match = match
+        self.upstream = upstream
+        self.direct = direct
+        self.stripPrefix = stripPrefix
+        self.middleware = middleware
+        self.timeout = timeout
+    }
+}
+
+/// `middleware.NAME` — a named, reusable instance. One case per `type:`.
+public enum MiddlewareConfig: Sendable, Equatable {
+    case accessLog(AccessLogConfig)
+    case auth(AuthConfig)
+
+    /// The `type:` string.
+    public var typeName: String {
+        switch self {
+        case .accessLog: "access_log"
+        case .auth: "auth"
+        }
+    }
+}
+
+/// `type: access_log`
+public struct AccessLogConfig: Sendable, Equatable {
+    /// Lower-cased header names whose values are replaced by `[REDACTED]`.
+    public var redactHeaders: [String] = ["authorization", "proxy-authorization", "cookie", "set-cookie"]
+    /// Query parameter names whose values are replaced.
+    public var redactQuery: [String] = []
+    /// Request headers to include in the line (lower-cased), beyond the standard fields.
+    public var includeHeaders: [String] = []
+
+    public init() {}
+}
+
+/// `type: auth`
+public struct AuthConfig: Sendable, Equatable {
+    public enum ClientHeaderPolicy: String, Sendable, Equatable, CaseIterable {
+        /// Replace whatever the client sent.
+        case override
+        /// Keep the client's own header when present.
+        case keepIfPresent = "keep_if_present"
+    }
+    public var credential: String
+    public var clientHeader: ClientHeaderPolicy = .override
+
+    public init(credential: String, clientHeader: ClientHeaderPolicy = .override) {
+        self.credential = credential
+        self.clientHeader = clientHeader
+    }
+}
+
+/// `credentials.NAME`
+public struct CredentialConfig: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// A fixed header value (from `${VAR}` or `${file:…}`).
+        case staticHeader(header: String, value: String)
+        case basic(username: String, password: String)
+        case oauth2ClientCredentials(OAuth2Config)
+        case oauth2RefreshToken(OAuth2Config, refreshToken: String)
+    }
+
+    public var kind: Kind
+    /// Refresh this long before the token expires.
+    public var refreshBeforeExpiry: Duration = .seconds(30)
+    /// Lifetime assumed when the token response carries no `expires_in`.
+    public var defaultLifetime: Duration = .seconds(300)
+    /// Timeout of one call to the token endpoint.
+    public var timeout: Duration = .seconds(10)
+
+    public init(kind: Kind) {
+        self.kind = kind
+    }
+
+    public var typeName: String {
+        switch kind {
+        case .staticHeader: "static"
+        case .basic: "basic"
+        case .oauth2ClientCredentials: "oauth2_client_credentials"
+        case .oauth2RefreshToken: "oauth2_refresh_token"
+        }
+    }
+}
+
+/// The OAuth2 parts shared by both grant types.
+public struct OAuth2Config: Sendable, Equatable {
+    public enum ClientAuthMethod: String, Sendable, Equatable, CaseIterable {
+        case clientSecretBasic = "client_secret_basic"
+        case clientSecretPost = "client_secret_post"
+    }
+    public var tokenURL: URL
+    public var clientID: String
+    public var clientSecret: String
+    public var clientAuth: ClientAuthMethod = .clientSecretBasic
+    public var scope: String?
+    public var audience: String?
+    /// Extra form parameters, in order.
+    public var extraParams: [String: String] = [:]
+
+    public init(tokenURL: URL, clientID: String, clientSecret: String) {
+        self.tokenURL = tokenURL
+        self.clientID = clientID
+        self.clientSecret = clientSecret
+    }
+}

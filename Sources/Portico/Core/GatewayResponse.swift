@@ -1,0 +1,23 @@
+import HTTPTypes
+
+/// A response on its way back through the chain.
+public struct GatewayResponse: Sendable {
+    public var head: HTTPResponse
+    public var body: Body
+
+    public init(head: HTTPResponse, body: Body = .empty) {
+        self.head = head
+        self.body = body
+    }
+
+    public init(status: HTTPResponse.Status, headerFields: HTTPFields = [:], body: Body = .empty) {
+        self.head = HTTPResponse(status: status, headerFields: headerFields)
+        self.body = body
+    }
+
+    public var status: HTTPResponse.Status { head.status }
+    public var headerFields: HTTPFields {
+        get { head.headerFields }
+        set { head.headerFields = newValue }
+    }
+}

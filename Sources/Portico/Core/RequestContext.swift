@@ -1,0 +1,61 @@
+import Logging
+import Synchronization
+
+/// What travels with a request through the chain besides the request itself.
+public struct RequestContext: Sendable {
+    /// The request id: the client's `X-Request-ID` when well-formed, generated otherwise.
+    public var requestID: String
+    /// The matched route's name (`nil` before routing).
+    public var route: String?
+    /// The upstream the route forwards to, if any.
+    public var upstream: String?
+    /// The whole request must be answered by this instant.
+    public var deadline: ContinuousClock.Instant
+    /// A logger with the request id attached as metadata.
+    public var logger: Logger
+    public var clock: any GatewayClock
+    /// Facts inner middleware record for outer ones (the access log, metrics).
+    public let stats: RequestStats
+
+    public init(requestID: String, route: String? = nil, upstream: String? = nil,
+                deadline: ContinuousClock.Instant, logger: Logger, clock: any GatewayClock,
+                stats: RequestStats = RequestStats()) {
+        self.requestID = requestID
+        self.route = route
+        self.upstream = upstream
+        self.deadline = deadline
+        self.logger = logger
+        self.clock = clock
+        self.stats = stats
+    }
+
+    /// Time left before the deadline (zero or negative when it has passed).
+    public var remaining: Duration { clock.now.duration(to: deadline) }
+}
+
+/// Per-request facts written by inner middleware and read by outer ones once `next` returns.
+/// Shared by reference because the context is a value passed down the chain.
+public final class RequestStats: Sendable {
+    public struct Values: Sendable {
+        /// Time spent waiting on the upstream, summed over attempts.
+        public var upstreamDuration: Duration = .zero
+        /// Upstream attempts made (1 without retries).
+        public var attempts: Int = 0
+        /// Cache status for the access log (`hit`, `miss`, `stale`, …).
+        public var cacheStatus: String?
+        /// The credential injected, by name (never its value).
+        public var credential: String?
+        /// Free-form additions from middleware: shown in the access log.
+        public var extra: [(String, String)] = []
+    }
+
+    private let values = Mutex(Values())
+
+    public init() {}
+
+    public var snapshot: Values { values.withLock { $0 } }
+
+    public func update(_ body: (inout Values) -> Void) {
+        values.withLock { body(&$0) }
+    }
+}

@@ -1,0 +1,29 @@
+import Foundation
+
+/// `upstreams.NAME`
+public struct UpstreamConfig: Sendable, Equatable {
+    public enum Transport: String, Sendable, Equatable, CaseIterable {
+        /// Foundation's URLSession: the specified client.
+        case urlsession
+        /// AsyncHTTPClient on SwiftNIO: for throughput.
+        case nio
+    }
+
+    public var name: String
+    /// Base URL: scheme, host, port and an optional base path the route's target is joined onto.
+    public var url: URL
+    public var transport: Transport = .urlsession
+    public var connectTimeout: Duration = .seconds(2)
+    /// One exchange with the upstream (the request deadline may cut it shorter).
+    public var timeout: Duration = .seconds(15)
+    public var maxConnections: Int = 64
+    /// Send the client's `Host` instead of the upstream's.
+    public var preserveHost: Bool = false
+    /// Upstream bodies larger than this become 502 `upstream_response_too_large`.
+    public var maxResponseBytes: Int = 64 * 1024 * 1024
+
+    public init(name: String, url: URL) {
+        self.name = name
+        self.url = url
+    }
+}
