@@ -8,7 +8,28 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <microhttpd.h>
+
+/* MHD's error log takes a va_list: format it here and hand Swift a plain string. */
+typedef void (*portico_log_sink)(void *cls, const char *message);
+struct portico_log_target { portico_log_sink sink; void *context; };
+
+static inline void portico_mhd_log_trampoline(void *cls, const char *fmt, va_list ap) {
+    struct portico_log_target *target = (struct portico_log_target *)cls;
+    char buffer[1024];
+    vsnprintf(buffer, sizeof buffer, fmt, ap);
+    if (target != NULL && target->sink != NULL) target->sink(target->context, buffer);
+}
+
+
+/* Enum constants whose imported Swift spelling is unclear: re-exported with stable names. */
+static const enum MHD_ConnectionNotificationCode portico_notify_started = MHD_CONNECTION_NOTIFY_STARTED;
+static const enum MHD_ConnectionNotificationCode portico_notify_closed = MHD_CONNECTION_NOTIFY_CLOSED;
+static const enum MHD_ResponseMemoryMode portico_respmem_must_copy = MHD_RESPMEM_MUST_COPY;
+static const enum MHD_ValueKind portico_header_kind = MHD_HEADER_KIND;
+static const enum MHD_Result portico_yes = MHD_YES;
+static const enum MHD_Result portico_no = MHD_NO;
 
 /* MHD_OPTION_URI_LOG_CALLBACK's callback: its result becomes the request's *con_cls. */
 typedef void *(*portico_uri_log_callback)(void *cls, const char *uri, struct MHD_Connection *con);
@@ -35,13 +56,15 @@ struct portico_mhd_config {
     MHD_NotifyConnectionCallback connection_callback;
     void *connection_context;
     int listen_backlog;
+    /* MHD's own error messages; NULL: stderr */
+    struct portico_log_target *log_target;
     /* TLS, optional: PEM strings or NULL */
     const char *tls_cert_pem;
     const char *tls_key_pem;
 };
 
 static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_config *c) {
-    struct MHD_OptionItem opts[16];
+    struct MHD_OptionItem opts[20];
     int n = 0;
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_LIMIT, c->connection_limit, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_TIMEOUT, c->connection_timeout_seconds, NULL };
@@ -60,6 +83,8 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)c->connection_callback, c->connection_context };
     if (c->listen_backlog > 0)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTEN_BACKLOG_SIZE, c->listen_backlog, NULL };
+    if (c->log_target != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)&portico_mhd_log_trampoline, c->log_target };
     if (c->tls_cert_pem != NULL && c->tls_key_pem != NULL) {
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem };
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem };
@@ -98,5 +123,32 @@ static inline int portico_mhd_client_address(struct MHD_Connection *c, char *buf
 }
 
 static inline uint64_t portico_mhd_size_unknown(void) { return MHD_SIZE_UNKNOWN; }
+
+/* The per-connection context set by MHD_OPTION_NOTIFY_CONNECTION. */
+static inline void *portico_mhd_socket_context(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? NULL : info->socket_context;
+}
+
+static inline int portico_mhd_connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}
+
+/* MHD_set_response_options is variadic. */
+static inline enum MHD_Result portico_mhd_set_response_flags(struct MHD_Response *r, enum MHD_ResponseFlags flags) {
+    return MHD_set_response_options(r, flags, MHD_RO_END);
+}
+
+/* A content reader that is never asked for content: used for HEAD responses, which carry the
+   Content-Length of the body they do not send. */
+static inline ssize_t portico_mhd_no_content(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)cls; (void)pos; (void)buf; (void)max;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static inline struct MHD_Response *portico_mhd_create_head_response(uint64_t content_length) {
+    return MHD_create_response_from_callback(content_length, 4096, &portico_mhd_no_content, NULL, NULL);
+}
 
 #endif

@@ -1,0 +1,198 @@
+import CMicroHTTPD
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The C callbacks. Each finds its Swift objects through `Unmanaged` context pointers: the
+// `ServerCore` (unretained; it outlives the daemon) and the `ConnectionContext` (retained from
+// the connection's start notification until its close notification).
+
+private func server(_ cls: UnsafeMutableRawPointer?) -> ServerCore {
+    Unmanaged<ServerCore>.fromOpaque(cls!).takeUnretainedValue()
+}
+
+private func connectionContext(_ connection: OpaquePointer?) -> ConnectionContext? {
+    guard let connection, let raw = portico_mhd_socket_context(connection) else { return nil }
+    return Unmanaged<ConnectionContext>.fromOpaque(raw).takeUnretainedValue()
+}
+
+/// MHD_OPTION_NOTIFY_CONNECTION: one `ConnectionContext` per connection.
+let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
+    guard let socketContext else { return }
+    switch code {
+    case portico_notify_started:
+        var address = [CChar](repeating: 0, count: 64)
+        let client = connection.flatMap { portico_mhd_client_address($0, &address, address.count) == 0 ? String(cString: address) : nil } ?? ""
+        socketContext.pointee = Unmanaged.passRetained(ConnectionContext(clientAddress: client)).toOpaque()
+    case portico_notify_closed:
+        guard let raw = socketContext.pointee else { return }
+        let context = Unmanaged<ConnectionContext>.fromOpaque(raw).takeRetainedValue()
+        server(cls).released(context)
+        socketContext.pointee = nil
+    default:
+        break
+    }
+}
+
+/// MHD_OPTION_URI_LOG_CALLBACK: the raw request target, before libmicrohttpd decodes it.
+let mhdURILog: portico_uri_log_callback = { cls, uri, connection in
+    guard let context = connectionContext(connection) else { return nil }
+    let target = uri.map { String(cString: $0) } ?? "/"
+    context.request = RequestInProgress(target: target, startedAt: .now)
+    return Unmanaged.passUnretained(context).toOpaque()
+}
+
+/// MHD_OPTION_NOTIFY_COMPLETED: the request is over (answered, or the connection failed).
+let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, _ in
+    guard let context = connectionContext(connection) else { return }
+    context.request = nil
+    server(cls).released(context)
+}
+
+/// libmicrohttpd's own error messages.
+let mhdLogSink: portico_log_sink = { cls, message in
+    guard let message else { return }
+    var text = String(cString: message)
+    while text.last == "\n" { text.removeLast() }
+    server(cls).log(text)
+}
+
+let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, _ in
+    guard let connection, let uploadDataSize else { return portico_no }
+    let core = server(cls)
+    guard let context = connectionContext(connection) else { return portico_no }
+    let methodName = method.map { String(cString: $0) } ?? "GET"
+
+    // Resumed: the handler has answered.
+    if let pending = context.pending, let response = pending.response {
+        core.released(context)
+        return queue(response, on: connection, isHead: pending.isHead, draining: core.isDraining)
+    }
+
+    let request: RequestInProgress
+    if let current = context.request {
+        request = current
+    } else {
+        // No URI callback for this request (should not happen): fall back to the decoded url.
+        request = RequestInProgress(target: url.map { String(cString: $0) } ?? "/", startedAt: .now)
+        context.request = request
+    }
+    let limits = core.configuration
+
+    // First call: the head is complete.
+    if !request.headersSeen {
+        request.headersSeen = true
+        let collector = HeaderCollector()
+        MHD_get_connection_values_n(connection, portico_header_kind, collectHeader,
+                                    Unmanaged.passUnretained(collector).toOpaque())
+        request.headers = collector.headers
+        request.headBytes = methodName.utf8.count + request.target.utf8.count + 12 + collector.bytes
+        if request.headBytes > limits.maxHeaderBytes {
+            return queue(limits.errorResponse(431, "request_header_fields_too_large",
+                                              "request head exceeds the limit of \(limits.maxHeaderBytes) bytes"),
+                         on: connection, isHead: false, draining: true)
+        }
+        if let length = request.headers.first(where: { $0.name.lowercased() == "content-length" })?.value,
+           let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
+            // Answer before reading the body; libmicrohttpd closes the connection afterwards.
+            return queue(limits.errorResponse(413, "payload_too_large",
+                                              "request body exceeds the limit of \(limits.maxBodyBytes) bytes"),
+                         on: connection, isHead: false, draining: true)
+        }
+        return portico_yes
+    }
+
+    // Body chunks.
+    if uploadDataSize.pointee > 0 {
+        let size = uploadDataSize.pointee
+        if request.body.count + size > limits.maxBodyBytes {
+            // A chunked body over the limit: stop reading and close; nothing more is buffered.
+            request.bodyTooLarge = true
+            request.body = []
+            core.log("request body over \(limits.maxBodyBytes) bytes: closing the connection")
+            return portico_no
+        }
+        if let uploadData {
+            uploadData.withMemoryRebound(to: UInt8.self, capacity: size) { bytes in
+                request.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: size))
+            }
+        }
+        uploadDataSize.pointee = 0
+        return portico_yes
+    }
+
+    // The request is complete: suspend and hand it to a task.
+    let serverRequest = ServerRequest(
+        method: methodName,
+        target: request.target,
+        version: version.map { String(cString: $0) } ?? "HTTP/1.1",
+        headers: request.headers,
+        clientAddress: context.clientAddress,
+        body: request.body,
+        deadline: request.startedAt.advanced(by: limits.requestTimeout)
+    )
+    request.body = []
+    let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
+                                  isHead: methodName == "HEAD") { [weak core] pending in
+        core?.completed(pending)
+    }
+    context.pending = pending
+    MHD_suspend_connection(connection)
+    core.register(pending)
+    let handler = core.handler
+    let task = Task {
+        let response = await handler(serverRequest)
+        pending.complete(response)
+    }
+    pending.attach(task)
+    return portico_yes
+}
+
+/// Collects request headers in order, duplicates kept.
+private final class HeaderCollector {
+    var headers: [(name: String, value: String)] = []
+    var bytes = 0
+}
+
+private let collectHeader: MHD_KeyValueIteratorN = { cls, _, key, keySize, value, valueSize in
+    let collector = Unmanaged<HeaderCollector>.fromOpaque(cls!).takeUnretainedValue()
+    let name = key.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: keySize), as: UTF8.self) } ?? ""
+    let text = value.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: valueSize), as: UTF8.self) } ?? ""
+    collector.headers.append((name, text))
+    collector.bytes += keySize + valueSize + 4
+    return portico_yes
+}
+
+/// Builds the libmicrohttpd response and queues it. Every C call's result is checked.
+private func queue(_ response: ServerResponse, on connection: OpaquePointer, isHead: Bool, draining: Bool) -> MHD_Result {
+    var status = response.status
+    var body = response.body
+    if !(100...599).contains(status) {
+        status = 502
+        body = Array("invalid response status\n".utf8)
+    }
+    let mhdResponse: OpaquePointer?
+    if isHead, let length = response.headContentLength {
+        mhdResponse = portico_mhd_create_head_response(length)
+    } else {
+        mhdResponse = body.withUnsafeMutableBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, bytes.baseAddress, portico_respmem_must_copy)
+        }
+    }
+    guard let mhdResponse else { return portico_no }
+    defer { MHD_destroy_response(mhdResponse) }
+    for (name, value) in response.headers {
+        let lower = name.lowercased()
+        // libmicrohttpd frames the body itself.
+        if lower == "content-length" || lower == "transfer-encoding" || lower == "connection" { continue }
+        if MHD_add_response_header(mhdResponse, name, value) == portico_no {
+            // libmicrohttpd refuses names or values with CR/LF and the like: never send them.
+            continue
+        }
+    }
+    if response.closeConnection || draining {
+        _ = MHD_add_response_header(mhdResponse, "Connection", "close")
+    }
+    return MHD_queue_response(connection, UInt32(status), mhdResponse)
+}

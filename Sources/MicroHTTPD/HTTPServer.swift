@@ -1,0 +1,251 @@
+import CMicroHTTPD
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A small async HTTP/1.1 server over libmicrohttpd.
+///
+/// libmicrohttpd's threads never wait on Swift work: when a request is complete the access
+/// handler suspends the connection and starts a task running `handler`; the task's answer
+/// resumes the connection and the next handler call queues the response.
+public final class HTTPServer: Sendable {
+    public typealias Handler = @Sendable (ServerRequest) async -> ServerResponse
+
+    let core: ServerCore
+
+    public init(configuration: ServerConfiguration, handler: @escaping Handler) {
+        core = ServerCore(configuration: configuration, handler: handler)
+    }
+
+    /// Binds and starts serving; returns the bound port (the kernel's choice when the configured port is 0).
+    @discardableResult
+    public func start() throws(MicroHTTPDError) -> UInt16 {
+        try core.start()
+    }
+
+    /// The bound port (0 before `start`).
+    public var port: UInt16 { core.port }
+
+    /// Requests whose handlers are running.
+    public var inFlightRequests: Int { core.inFlightCount }
+
+    /// Open client connections.
+    public var openConnections: Int { core.openConnections }
+
+    /// Stops accepting, lets in-flight requests finish for up to `grace`, answers those still
+    /// running with 503, then stops the daemon. Idempotent.
+    public func stop(grace: Duration = .seconds(10)) async {
+        await core.stop(grace: grace)
+    }
+}
+
+/// Everything the C callbacks reach through their context pointer.
+final class ServerCore: Sendable {
+    /// The daemon pointer, set once by `start` and cleared by `stop`. libmicrohttpd's daemon
+    /// functions used here (`MHD_quiesce_daemon`, `MHD_stop_daemon`, `MHD_get_daemon_info`)
+    /// are called under `state`'s lock or after it is cleared, never concurrently with each other.
+    struct Daemon: @unchecked Sendable {
+        let pointer: OpaquePointer
+        let logTarget: UnsafeMutablePointer<portico_log_target>
+    }
+
+    struct State {
+        var daemon: Daemon?
+        var port: UInt16 = 0
+        var draining = false
+        var stopped = false
+        var watchdog: Task<Void, Never>?
+        var inFlight: [ObjectIdentifier: PendingResponse] = [:]
+        /// Connections suspended or resumed but not yet answered: `MHD_stop_daemon` aborts on them.
+        var suspended = 0
+    }
+
+    let configuration: ServerConfiguration
+    let handler: HTTPServer.Handler
+    let state = Mutex(State())
+
+    init(configuration: ServerConfiguration, handler: @escaping HTTPServer.Handler) {
+        self.configuration = configuration
+        self.handler = handler
+    }
+
+    var port: UInt16 { state.withLock { $0.port } }
+    var inFlightCount: Int { state.withLock { $0.inFlight.count } }
+    var isDraining: Bool { state.withLock { $0.draining } }
+    var openConnections: Int {
+        state.withLock { state in
+            state.daemon.map { Int(portico_mhd_current_connections($0.pointer)) } ?? 0
+        }
+    }
+
+    func start() throws(MicroHTTPDError) -> UInt16 {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        let logTarget = UnsafeMutablePointer<portico_log_target>.allocate(capacity: 1)
+        logTarget.initialize(to: portico_log_target(sink: mhdLogSink, context: context))
+
+        var storage = sockaddr_storage()
+        let addressOK = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
+            fillSocketAddress(configuration.address, port: configuration.port, into: raw)
+        }
+        guard addressOK else {
+            logTarget.deallocate()
+            throw .invalidAddress(configuration.address)
+        }
+        let isIPv6 = storage.ss_family == sa_family_t(AF_INET6)
+
+        var flags = MHD_USE_AUTO_INTERNAL_THREAD.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
+            | MHD_USE_ERROR_LOG.rawValue
+        if isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+
+        let alreadyRunning = state.withLock { $0.daemon != nil || $0.stopped }
+        if alreadyRunning {
+            logTarget.deallocate()
+            throw .alreadyStarted
+        }
+
+        let daemon: OpaquePointer? = withUnsafePointer(to: &storage) { storagePointer in
+            storagePointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                var c = portico_mhd_config()
+                c.flags = flags
+                c.port = configuration.port
+                c.bind_address = address
+                c.thread_pool_size = UInt32(max(1, configuration.threads))
+                c.connection_limit = UInt32(clamping: max(1, configuration.connectionLimit))
+                c.connection_timeout_seconds = UInt32(clamping: configuration.idleTimeout.components.seconds)
+                // The head must fit libmicrohttpd's per-connection pool along with read and write buffers.
+                c.connection_memory_limit = max(64 * 1024, configuration.maxHeaderBytes * 2 + 16 * 1024)
+                c.strict_level = 1
+                c.access_handler = mhdAccessHandler
+                c.access_context = context
+                c.uri_log_callback = mhdURILog
+                c.uri_log_context = context
+                c.completed_callback = mhdRequestCompleted
+                c.completed_context = context
+                c.connection_callback = mhdConnectionNotify
+                c.connection_context = context
+                c.listen_backlog = Int32(clamping: configuration.listenBacklog)
+                c.log_target = logTarget
+                return portico_mhd_start(&c)
+            }
+        }
+        guard let daemon else {
+            logTarget.deinitialize(count: 1)
+            logTarget.deallocate()
+            let detail = String(cString: strerror(errno))
+            throw .startFailed(address: configuration.address, port: configuration.port, detail: detail)
+        }
+        let port = portico_mhd_bound_port(daemon)
+        let watchdog = Task { [weak self] () -> Void in
+            await self?.watchDeadlines()
+        }
+        state.withLock { state in
+            state.daemon = Daemon(pointer: daemon, logTarget: logTarget)
+            state.port = port
+            state.watchdog = watchdog
+        }
+        return port
+    }
+
+    func stop(grace: Duration) async {
+        let daemon: Daemon? = state.withLock { state in
+            guard !state.draining, let daemon = state.daemon else { return nil }
+            state.draining = true
+            return daemon
+        }
+        guard let daemon else { return }
+
+        // Stop accepting: libmicrohttpd hands back the listening socket for us to close.
+        let listenFD = MHD_quiesce_daemon(daemon.pointer)
+        if listenFD >= 0 { close(listenFD) }
+
+        let clock = ContinuousClock()
+        let graceDeadline = clock.now.advanced(by: grace)
+        while inFlightCount > 0, clock.now < graceDeadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        // Whatever is still running is answered now, so no connection stays suspended.
+        let remaining = state.withLock { Array($0.inFlight.values) }
+        for pending in remaining {
+            pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
+        }
+        // Resumed connections need a turn of their thread to queue their answer.
+        let flushDeadline = clock.now.advanced(by: .seconds(5))
+        while state.withLock({ $0.suspended }) > 0, clock.now < flushDeadline {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        let watchdog = state.withLock { state -> Task<Void, Never>? in
+            state.daemon = nil
+            state.stopped = true
+            return state.watchdog
+        }
+        watchdog?.cancel()
+        MHD_stop_daemon(daemon.pointer)
+        daemon.logTarget.deinitialize(count: 1)
+        daemon.logTarget.deallocate()
+    }
+
+    /// Answers requests whose handlers overrun their deadline. A little grace lets a handler's
+    /// own, more specific timeout answer win.
+    private func watchDeadlines() async {
+        let interval = Duration.milliseconds(50)
+        let grace = Duration.milliseconds(250)
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            let now = ContinuousClock.now
+            let overdue = state.withLock { state in
+                state.inFlight.values.filter { now > $0.deadline.advanced(by: grace) }
+            }
+            for pending in overdue {
+                pending.complete(configuration.errorResponse(504, "request_timeout",
+                                                             "the request was not answered within its deadline"))
+            }
+        }
+    }
+
+    // MARK: - Called from libmicrohttpd threads
+
+    func register(_ pending: PendingResponse) {
+        state.withLock { state in
+            state.inFlight[ObjectIdentifier(pending)] = pending
+            state.suspended += 1
+        }
+    }
+
+    func completed(_ pending: PendingResponse) {
+        _ = state.withLock { state in
+            state.inFlight.removeValue(forKey: ObjectIdentifier(pending))
+        }
+    }
+
+    /// The connection no longer waits on `pending`: its response was queued or the request ended.
+    func released(_ context: ConnectionContext) {
+        guard context.pending != nil else { return }
+        context.pending = nil
+        state.withLock { $0.suspended -= 1 }
+    }
+
+    func log(_ message: String) {
+        configuration.errorLog?(message)
+    }
+}
+
+/// Parses an IPv4 or IPv6 literal into a socket address.
+private func fillSocketAddress(_ address: String, port: UInt16, into raw: UnsafeMutableRawBufferPointer) -> Bool {
+    let host = address.hasPrefix("[") && address.hasSuffix("]") ? String(address.dropFirst().dropLast()) : address
+    if host.contains(":") {
+        var sin6 = sockaddr_in6()
+        sin6.sin6_family = sa_family_t(AF_INET6)
+        sin6.sin6_port = port.bigEndian
+        guard inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1 else { return false }
+        withUnsafeBytes(of: &sin6) { raw.copyMemory(from: $0) }
+        return true
+    }
+    var sin = sockaddr_in()
+    sin.sin_family = sa_family_t(AF_INET)
+    sin.sin_port = port.bigEndian
+    guard inet_pton(AF_INET, host, &sin.sin_addr) == 1 else { return false }
+    withUnsafeBytes(of: &sin) { raw.copyMemory(from: $0) }
+    return true
+}

@@ -1,0 +1,28 @@
+/// How an `HTTPServer` listens and what it allows. A plain value with defaults, passed at `init`.
+public struct ServerConfiguration: Sendable {
+    /// IPv4 or IPv6 literal to bind; `0.0.0.0` for all IPv4 addresses.
+    public var address: String = "127.0.0.1"
+    /// 0 asks the kernel for a free port; `HTTPServer.port` reports it.
+    public var port: UInt16 = 0
+    /// Threads polling connections (libmicrohttpd's thread pool).
+    public var threads: Int = 2
+    /// Connections beyond this are refused at accept.
+    public var connectionLimit: Int = 1_000
+    /// Idle keep-alive connections are closed after this (whole seconds; libmicrohttpd's unit).
+    public var idleTimeout: Duration = .seconds(60)
+    /// A request must be answered within this, counted from its first byte being parsed.
+    /// The handler is told its deadline; the server answers `timeoutResponse` past it.
+    public var requestTimeout: Duration = .seconds(30)
+    /// Request line and headers beyond this get 431.
+    public var maxHeaderBytes: Int = 32 * 1024
+    /// Request bodies beyond this get 413; the rest is not read into memory.
+    public var maxBodyBytes: Int = 10 * 1024 * 1024
+    /// Kernel accept backlog.
+    public var listenBacklog: Int = 1024
+    /// libmicrohttpd's own diagnostics (bind failures, protocol errors); `nil` discards them.
+    public var errorLog: (@Sendable (String) -> Void)?
+    /// Built-in answers for failures detected before the handler runs (413, 431, 400, timeout).
+    public var errorResponse: @Sendable (_ status: Int, _ code: String, _ message: String) -> ServerResponse = ServerResponse.plainError
+
+    public init() {}
+}

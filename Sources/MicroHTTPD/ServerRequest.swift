@@ -1,0 +1,32 @@
+/// One request as the client sent it. Generic: knows nothing about gateways.
+public struct ServerRequest: Sendable {
+    public var method: String
+    /// The request target exactly as received (not percent-decoded), e.g. `/a%2Fb?x=1+2`.
+    public var target: String
+    /// `HTTP/1.1` or `HTTP/1.0`.
+    public var version: String
+    /// Header fields in order, duplicates kept.
+    public var headers: [(name: String, value: String)]
+    /// The client's address as text.
+    public var clientAddress: String
+    public var body: [UInt8]
+    /// When the server will answer on the handler's behalf.
+    public var deadline: ContinuousClock.Instant
+
+    public init(method: String, target: String, version: String = "HTTP/1.1",
+                headers: [(name: String, value: String)] = [], clientAddress: String = "",
+                body: [UInt8] = [], deadline: ContinuousClock.Instant = .now.advanced(by: .seconds(30))) {
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.clientAddress = clientAddress
+        self.body = body
+        self.deadline = deadline
+    }
+
+    /// The first value of a header, matched case-insensitively.
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+}
