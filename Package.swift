@@ -73,7 +73,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "MicroHTTPDTests", dependencies: ["MicroHTTPD"], swiftSettings: strict),
+        .testTarget(name: "MicroHTTPDTests", dependencies: ["MicroHTTPD", "PorticoTesting"], swiftSettings: strict),
         .testTarget(name: "PorticoTests", dependencies: ["Portico", "PorticoTesting"], swiftSettings: strict),
         .testTarget(name: "IntegrationTests", dependencies: ["Portico", "PorticoTesting"], swiftSettings: strict),
     ],

@@ -1,0 +1,176 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A raw TCP client for tests that must control every byte (pipelining, malformed requests,
+/// half-sent heads). Blocking socket calls run on Dispatch's threads, never on the Swift
+/// concurrency pool, so a test waiting on a socket cannot starve the server's handlers.
+public final class RawHTTPConnection: @unchecked Sendable {
+    // @unchecked: `fd` and `buffer` are only touched inside `queue`'s serial blocks.
+    private var fd: Int32
+    private var buffer: [UInt8] = []
+    private let queue = DispatchQueue(label: "portico.raw-http")
+
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public init(host: String = "127.0.0.1", port: Int, timeout: Duration = .seconds(10)) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
+        var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        inet_pton(AF_INET, host, &address.sin_addr)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            let message = String(cString: strerror(errno))
+            close(fd)
+            throw Failure(description: "connect to \(host):\(port): \(message)")
+        }
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try body() })
+            }
+        }
+    }
+
+    public func send(_ text: String) async throws {
+        try await send(Array(text.utf8))
+    }
+
+    public func send(_ bytes: [UInt8]) async throws {
+        try await run { [self] in
+            var offset = 0
+            while offset < bytes.count {
+                let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                if n <= 0 { throw Failure(description: "write: \(String(cString: strerror(errno)))") }
+                offset += n
+            }
+        }
+    }
+
+    /// Closes the sending side (the server sees end of input).
+    public func shutdownWrite() {
+        queue.sync { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    }
+
+    /// Reads one complete response (Content-Length or chunked framing; HEAD/204/304 have no body).
+    /// Returns nil when the server closed the connection before a response began.
+    public func readResponse(forHead: Bool = false) async throws -> RawHTTPResponse? {
+        try await run { [self] in
+            while true {
+                if let (response, used) = RawHTTPResponse.parse(buffer, forHead: forHead) {
+                    buffer.removeFirst(used)
+                    return response
+                }
+                if try !fill() {
+                    if buffer.isEmpty { return nil }
+                    throw Failure(description: "connection closed mid-response after \(buffer.count) bytes")
+                }
+            }
+        }
+    }
+
+    /// Reads until the server closes the connection; returns everything not yet consumed.
+    public func readToEnd() async throws -> [UInt8] {
+        try await run { [self] in
+            while try fill() {}
+            defer { buffer = [] }
+            return buffer
+        }
+    }
+
+    /// Whether the server has closed the connection (reads end of input within the timeout).
+    public func isClosedByPeer() async throws -> Bool {
+        try await run { [self] in
+            do { return try !fill() } catch { return false }
+        }
+    }
+
+    private func fill() throws -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == ECONNRESET { return false }
+            throw Failure(description: "read: \(String(cString: strerror(errno)))")
+        }
+        if n == 0 { return false }
+        buffer.append(contentsOf: chunk[..<n])
+        return true
+    }
+}
+
+/// A parsed response.
+public struct RawHTTPResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+
+    public func headers(_ name: String) -> [String] {
+        headers.filter { $0.name.lowercased() == name.lowercased() }.map(\.value)
+    }
+
+    public var bodyText: String { String(decoding: body, as: UTF8.self) }
+
+    /// Parses one response from the start of `bytes`; nil when more bytes are needed.
+    static func parse(_ bytes: [UInt8], forHead: Bool) -> (RawHTTPResponse, Int)? {
+        let separator: [UInt8] = [13, 10, 13, 10]
+        guard let headEnd = bytes.firstRange(of: separator) else { return nil }
+        let headText = String(decoding: bytes[..<headEnd.lowerBound], as: UTF8.self)
+        var lines = headText.components(separatedBy: "\r\n")
+        let statusLine = lines.removeFirst().split(separator: " ", maxSplits: 2)
+        let status = statusLine.count > 1 ? Int(statusLine[1]) ?? 0 : 0
+        let headers = lines.compactMap { line -> (name: String, value: String)? in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        var response = RawHTTPResponse(status: status, headers: headers, body: [])
+        let bodyStart = headEnd.upperBound
+        if forHead || status == 204 || status == 304 || (100..<200).contains(status) {
+            return (response, bodyStart)
+        }
+        if response.header("transfer-encoding")?.lowercased().contains("chunked") == true {
+            var offset = bodyStart
+            var body: [UInt8] = []
+            while true {
+                guard let lineEnd = bytes[offset...].firstRange(of: [13, 10]) else { return nil }
+                let sizeText = String(decoding: bytes[offset..<lineEnd.lowerBound], as: UTF8.self)
+                guard let size = Int(sizeText.split(separator: ";").first ?? "", radix: 16) else { return nil }
+                let dataStart = lineEnd.upperBound
+                if size == 0 {
+                    guard let end = bytes[dataStart...].firstRange(of: [13, 10]) else { return nil }
+                    response.body = body
+                    return (response, end.upperBound)
+                }
+                guard bytes.count >= dataStart + size + 2 else { return nil }
+                body.append(contentsOf: bytes[dataStart..<dataStart + size])
+                offset = dataStart + size + 2
+            }
+        }
+        let length = Int(response.header("content-length") ?? "0") ?? 0
+        guard bytes.count >= bodyStart + length else { return nil }
+        response.body = Array(bytes[bodyStart..<bodyStart + length])
+        return (response, bodyStart + length)
+    }
+}

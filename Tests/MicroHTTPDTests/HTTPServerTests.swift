@@ -1,0 +1,295 @@
+import Foundation
+import MicroHTTPD
+import PorticoTesting
+import Synchronization
+import Testing
+
+/// Starts a server on port 0, runs `body`, stops the server.
+func withServer(
+    _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    handler: @escaping HTTPServer.Handler,
+    _ body: (HTTPServer) async throws -> Void
+) async throws {
+    var configuration = ServerConfiguration()
+    configure(&configuration)
+    let server = HTTPServer(configuration: configuration, handler: handler)
+    try server.start()
+    do {
+        try await body(server)
+    } catch {
+        await server.stop(grace: .seconds(1))
+        throw error
+    }
+    await server.stop(grace: .seconds(1))
+}
+
+/// Echoes what the server received, as `key: value` lines.
+let echo: HTTPServer.Handler = { request in
+    var lines = ["method: \(request.method)", "target: \(request.target)", "version: \(request.version)",
+                 "client: \(request.clientAddress)", "body-bytes: \(request.body.count)"]
+    for header in request.headers { lines.append("h: \(header.name)=\(header.value)") }
+    return ServerResponse(status: 200, headers: [("Content-Type", "text/plain")], body: Array((lines.joined(separator: "\n") + "\n").utf8))
+}
+
+/// Polls `condition` until it holds or `timeout` passes (for conditions with no event to await).
+func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now.advanced(by: timeout)
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
+
+@Suite("MicroHTTPD server")
+struct HTTPServerTests {
+    @Test("port 0 binds a free port and reports it")
+    func reportsBoundPort() async throws {
+        try await withServer(handler: echo) { server in
+            #expect(server.port > 0)
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try #require(try await connection.readResponse())
+            #expect(response.status == 200)
+            #expect(response.bodyText.contains("target: /hello"))
+        }
+    }
+
+    @Test("the raw target is passed through undecoded")
+    func rawTarget() async throws {
+        try await withServer(handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET /a%2Fb/c+d?q=1+2&q=%2F&u=%C3%A9 HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try #require(try await connection.readResponse())
+            #expect(response.bodyText.contains("target: /a%2Fb/c+d?q=1+2&q=%2F&u=%C3%A9\n"))
+        }
+    }
+
+    @Test("duplicate request and response headers keep their order")
+    func duplicateHeaders() async throws {
+        let handler: HTTPServer.Handler = { request in
+            let values = request.headers.filter { $0.name.lowercased() == "x-dup" }.map(\.value)
+            return ServerResponse(status: 200, headers: [("Set-Cookie", "a=1"), ("X-Seen", values.joined(separator: "|")), ("Set-Cookie", "b=2")])
+        }
+        try await withServer(handler: handler) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET / HTTP/1.1\r\nHost: x\r\nX-Dup: one\r\nX-Other: z\r\nX-Dup: two\r\n\r\n")
+            let response = try #require(try await connection.readResponse())
+            #expect(response.header("x-seen") == "one|two")
+            #expect(response.headers("set-cookie") == ["a=1", "b=2"])
+        }
+    }
+
+    @Test("pipelined requests are answered in order")
+    func pipelining() async throws {
+        try await withServer(handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send((1...5).map { "GET /p\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined())
+            for index in 1...5 {
+                let response = try #require(try await connection.readResponse())
+                #expect(response.bodyText.contains("target: /p\(index)\n"))
+            }
+        }
+    }
+
+    @Test("many keep-alive connections with concurrent requests each get their own answer")
+    func concurrentKeepAlive() async throws {
+        try await withServer({ $0.threads = 2 }, handler: echo) { server in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for c in 0..<32 {
+                    group.addTask {
+                        let connection = try RawHTTPConnection(port: Int(server.port))
+                        for r in 0..<10 {
+                            try await connection.send("POST /c\(c)/r\(r) HTTP/1.1\r\nHost: x\r\nContent-Length: \(r)\r\n\r\n" + String(repeating: "x", count: r))
+                            let response = try #require(try await connection.readResponse())
+                            #expect(response.bodyText.contains("target: /c\(c)/r\(r)\n"))
+                            #expect(response.bodyText.contains("body-bytes: \(r)\n"))
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test("a slow handler does not hold up other connections")
+    func slowHandlerDoesNotBlock() async throws {
+        let release = AsyncGate()
+        let handler: HTTPServer.Handler = { request in
+            if request.target == "/slow" { await release.wait() }
+            return ServerResponse(status: 200, body: Array("ok".utf8))
+        }
+        try await withServer({ $0.threads = 1 }, handler: handler) { server in
+            let slow = try RawHTTPConnection(port: Int(server.port))
+            try await slow.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(await eventually { server.inFlightRequests == 1 })
+            for _ in 0..<20 {
+                let fast = try RawHTTPConnection(port: Int(server.port))
+                try await fast.send("GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(try await fast.readResponse()?.status == 200)
+            }
+            release.open()
+            #expect(try await slow.readResponse()?.status == 200)
+        }
+    }
+
+    @Test("a client that disconnects while its handler runs leaks nothing")
+    func disconnectWhileSuspended() async throws {
+        let release = AsyncGate()
+        let handler: HTTPServer.Handler = { _ in
+            await release.wait()
+            return ServerResponse(status: 200, body: Array(repeating: 65, count: 100_000))
+        }
+        try await withServer(handler: handler) { server in
+            for _ in 0..<10 {
+                let connection = try RawHTTPConnection(port: Int(server.port))
+                try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            }  // connections closed by deinit
+            #expect(await eventually { server.inFlightRequests == 10 })
+            release.open()
+            #expect(await eventually { server.inFlightRequests == 0 && server.openConnections == 0 })
+        }
+    }
+
+    @Test("a declared body over the limit gets 413 without being read, and the server stays up")
+    func bodyTooLarge() async throws {
+        try await withServer({ $0.maxBodyBytes = 1024 }, handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 11000000\r\n\r\n" + String(repeating: "x", count: 2000))
+            let response = try #require(try await connection.readResponse())
+            #expect(response.status == 413)
+            let next = try RawHTTPConnection(port: Int(server.port))
+            try await next.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n" + String(repeating: "x", count: 1024))
+            #expect(try await next.readResponse()?.status == 200)
+        }
+    }
+
+    @Test("a chunked body over the limit closes the connection without buffering it")
+    func chunkedBodyTooLarge() async throws {
+        try await withServer({ $0.maxBodyBytes = 1024 }, handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            let chunk = String(repeating: "y", count: 4096)
+            try? await connection.send("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n\(chunk)\r\n1000\r\n\(chunk)\r\n0\r\n\r\n")
+            let response = try? await connection.readResponse()
+            #expect(response == nil || response?.status == 413)
+            #expect(await eventually { server.openConnections == 0 })
+        }
+    }
+
+    @Test("a head over the limit gets 431")
+    func headTooLarge() async throws {
+        try await withServer({ $0.maxHeaderBytes = 2048 }, handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 3000))\r\n\r\n")
+            let response = try #require(try await connection.readResponse())
+            #expect(response.status == 431)
+        }
+    }
+
+    @Test("idle keep-alive connections are closed after the idle timeout")
+    func idleTimeout() async throws {
+        try await withServer({ $0.idleTimeout = .seconds(1) }, handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await connection.readResponse()?.status == 200)
+            #expect(try await connection.isClosedByPeer())
+        }
+    }
+
+    @Test("a handler past the request deadline is answered 504 by the server")
+    func requestDeadline() async throws {
+        let handler: HTTPServer.Handler = { _ in
+            try? await Task.sleep(for: .seconds(60))
+            return ServerResponse(status: 200)
+        }
+        try await withServer({ $0.requestTimeout = .milliseconds(200) }, handler: handler) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await connection.readResponse()?.status == 504)
+            #expect(await eventually { server.inFlightRequests == 0 })
+        }
+    }
+
+    @Test("HEAD gets the headers and Content-Length of the body it does not get")
+    func headResponses() async throws {
+        let handler: HTTPServer.Handler = { request in
+            request.method == "HEAD"
+                ? ServerResponse(status: 200, headers: [("X-A", "1")], headContentLength: 12345)
+                : ServerResponse(status: 200, body: Array("hello".utf8))
+        }
+        try await withServer(handler: handler) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("HEAD / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            let head = try #require(try await connection.readResponse(forHead: true))
+            #expect(head.header("content-length") == "12345")
+            let get = try #require(try await connection.readResponse())
+            #expect(get.bodyText == "hello")
+            #expect(get.header("content-length") == "5")
+        }
+    }
+
+    @Test("stop lets in-flight requests finish, then refuses new connections")
+    func gracefulStop() async throws {
+        let release = AsyncGate()
+        let handler: HTTPServer.Handler = { _ in
+            await release.wait()
+            return ServerResponse(status: 200, body: Array("done".utf8))
+        }
+        var configuration = ServerConfiguration()
+        configuration.threads = 2
+        let server = HTTPServer(configuration: configuration, handler: handler)
+        let port = Int(try server.start())
+        let connections = try (0..<5).map { _ in try RawHTTPConnection(port: port) }
+        for connection in connections { try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n") }
+        #expect(await eventually { server.inFlightRequests == 5 })
+        async let stopped: Void = server.stop(grace: .seconds(30))
+        #expect(await eventually { (try? RawHTTPConnection(port: port)) == nil })
+        release.open()
+        for connection in connections {
+            let response = try #require(try await connection.readResponse())
+            #expect(response.status == 200)
+            #expect(response.bodyText == "done")
+        }
+        await stopped
+    }
+
+    @Test("stop answers requests still running after the grace period with 503")
+    func stopAfterGrace() async throws {
+        let handler: HTTPServer.Handler = { _ in
+            try? await Task.sleep(for: .seconds(120))
+            return ServerResponse(status: 200)
+        }
+        let server = HTTPServer(configuration: ServerConfiguration(), handler: handler)
+        let port = Int(try server.start())
+        let connection = try RawHTTPConnection(port: port)
+        try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(await eventually { server.inFlightRequests == 1 })
+        await server.stop(grace: .milliseconds(100))
+        #expect(try await connection.readResponse()?.status == 503)
+    }
+}
+
+/// A one-shot gate tasks can wait on.
+final class AsyncGate: Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let resumeNow = state.withLock { state -> Bool in
+                if state.open { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if resumeNow { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.open = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+}
