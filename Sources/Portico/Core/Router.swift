@@ -1,0 +1,167 @@
+import HTTPTypes
+
+/// Picks the route for a request. Built once per configuration; matching allocates nothing
+/// beyond the lower-cased host.
+public struct Router: Sendable {
+    public enum Match: Sendable {
+        case route(Route)
+        case notFound
+        /// Routes matched the path but none allows the method.
+        case methodNotAllowed(allow: [String])
+    }
+
+    public let routes: [Route]
+
+    public init(routes: [Route]) {
+        self.routes = routes
+    }
+
+    /// `host` is the request's `Host` (any port is ignored); `path` the raw path without query.
+    public func match(method: HTTPRequest.Method, host: String?, path: Substring) -> Match {
+        let hostname = host.map(Route.Matcher.hostname(of:))
+        var best: (route: Route, rank: Route.Matcher.Rank)?
+        var allowed: Set<String> = []
+        var pathMatched = false
+        for route in routes {
+            guard let rank = route.matcher.rank(host: hostname, path: path) else { continue }
+            pathMatched = true
+            guard route.matcher.allows(method) else {
+                allowed.formUnion(route.matcher.methods)
+                continue
+            }
+            if best == nil || rank > best!.rank {
+                best = (route, rank)
+            }
+        }
+        if let best { return .route(best.route) }
+        if pathMatched { return .methodNotAllowed(allow: allowed.sorted()) }
+        return .notFound
+    }
+}
+
+/// One configured route: how it matches, and the chain that answers it.
+public struct Route: Sendable {
+    public struct Matcher: Sendable {
+        public var path: String?
+        public var pathPrefix: String?
+        /// Lower-cased; `*.example.com` matches any subdomain.
+        public var host: String?
+        /// Upper-cased method names; empty allows all.
+        public var methods: Set<String>
+
+        public init(path: String? = nil, pathPrefix: String? = nil, host: String? = nil, methods: [String] = []) {
+            self.path = path
+            self.pathPrefix = pathPrefix
+            self.host = host?.lowercased()
+            self.methods = Set(methods.map { $0.uppercased() })
+        }
+
+        /// More specific matches rank higher: a host, then an exact path, then a longer prefix.
+        public struct Rank: Comparable, Sendable {
+            var hostSpecific: Bool
+            var exactPath: Bool
+            var prefixLength: Int
+            public static func < (a: Rank, b: Rank) -> Bool {
+                (a.hostSpecific ? 1 : 0, a.exactPath ? 1 : 0, a.prefixLength)
+                    < (b.hostSpecific ? 1 : 0, b.exactPath ? 1 : 0, b.prefixLength)
+            }
+        }
+
+        /// The rank when host and path match, ignoring the method.
+        func rank(host requestHost: String?, path requestPath: Substring) -> Rank? {
+            if let host {
+                guard let requestHost, Self.hostMatches(pattern: host, host: requestHost) else { return nil }
+            }
+            if let path, requestPath != path[...] { return nil }
+            var prefixLength = 0
+            if let pathPrefix {
+                guard Self.prefixMatches(prefix: pathPrefix, path: requestPath) else { return nil }
+                prefixLength = pathPrefix.utf8.count
+            }
+            return Rank(hostSpecific: host != nil, exactPath: path != nil, prefixLength: prefixLength)
+        }
+
+        func allows(_ method: HTTPRequest.Method) -> Bool {
+            methods.isEmpty || methods.contains(method.rawValue)
+                || (method == .head && methods.contains("GET"))
+        }
+
+        /// A prefix ending in `/` matches as a string; otherwise it matches whole segments
+        /// (`/api` matches `/api` and `/api/x`, not `/apix`).
+        static func prefixMatches(prefix: String, path: Substring) -> Bool {
+            guard path.hasPrefix(prefix) else { return false }
+            if prefix.hasSuffix("/") { return true }
+            let rest = path.dropFirst(prefix.count)
+            return rest.isEmpty || rest.first == "/"
+        }
+
+        static func hostMatches(pattern: String, host: String) -> Bool {
+            if pattern.hasPrefix("*.") {
+                let suffix = pattern.dropFirst(1)  // ".example.com"
+                return host.hasSuffix(suffix) && host.count > suffix.count
+            }
+            return pattern == host
+        }
+
+        /// `Example.com:8080` → `example.com`; `[::1]:80` → `[::1]`.
+        static func hostname(of host: String) -> String {
+            var value = Substring(host)
+            if value.hasPrefix("[") {
+                if let close = value.firstIndex(of: "]") { value = value[...close] }
+            } else if let colon = value.lastIndex(of: ":") {
+                value = value[..<colon]
+            }
+            return value.lowercased()
+        }
+    }
+
+    public var name: String
+    public var matcher: Matcher
+    /// Removes the matched `path_prefix` before forwarding.
+    public var stripPrefix: Bool
+    /// The upstream's name, for proxy routes.
+    public var upstream: String?
+    /// Overrides the listener's request timeout.
+    public var timeout: Duration?
+    /// The route's middleware around its endpoint.
+    public var responder: any Responder
+
+    public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
+                timeout: Duration? = nil, responder: any Responder) {
+        self.name = name
+        self.matcher = matcher
+        self.stripPrefix = stripPrefix
+        self.upstream = upstream
+        self.timeout = timeout
+        self.responder = responder
+    }
+
+    /// The target sent upstream: the client's, less the matched prefix when `strip_prefix` is set.
+    public func upstreamTarget(for target: String) -> String {
+        guard stripPrefix, let prefix = matcher.pathPrefix else { return target }
+        var trimmedPrefix = Substring(prefix)
+        if trimmedPrefix.hasSuffix("/") { trimmedPrefix = trimmedPrefix.dropLast() }
+        guard target.hasPrefix(trimmedPrefix) else { return target }
+        let rest = target.dropFirst(trimmedPrefix.count)
+        if rest.isEmpty { return "/" }
+        if rest.first == "?" { return "/" + rest }
+        return String(rest)
+    }
+}
+
+/// A `direct:` route's endpoint.
+public struct DirectResponder: Responder {
+    public let response: GatewayResponse
+
+    public init(status: Int, headers: [(String, String)], body: String) {
+        var fields = HTTPFields()
+        for (name, value) in headers {
+            if let fieldName = HTTPField.Name(name) { fields.append(HTTPField(name: fieldName, value: value)) }
+        }
+        response = GatewayResponse(status: HTTPResponse.Status(code: status), headerFields: fields, body: Body(string: body))
+    }
+
+    public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        response
+    }
+}

@@ -1,0 +1,98 @@
+import HTTPTypes
+import Logging
+import MicroHTTPD
+import Synchronization
+
+/// Turns server requests into gateway requests, routes them through the current runtime's
+/// chains and turns the answers back. The runtime is swapped atomically on reload; a request
+/// keeps the runtime it started with.
+public final class Gateway: Sendable {
+    private let runtime: Mutex<GatewayRuntime>
+    private let draining = Atomic<Bool>(false)
+    let logger: Logger
+    let clock: any GatewayClock
+
+    public init(runtime: GatewayRuntime, logger: Logger, clock: any GatewayClock = SystemClock()) {
+        self.runtime = Mutex(runtime)
+        self.logger = logger
+        self.clock = clock
+    }
+
+    /// The runtime new requests use.
+    public var current: GatewayRuntime { runtime.withLock { $0 } }
+
+    /// Installs `new` for new requests; returns the previous one (in-flight requests finish on it).
+    @discardableResult
+    public func install(_ new: GatewayRuntime) -> GatewayRuntime {
+        runtime.withLock { current in
+            let old = current
+            current = new
+            return old
+        }
+    }
+
+    /// Once set, responses ask clients to close their connections.
+    public func beginDraining() { draining.store(true, ordering: .relaxed) }
+
+    public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
+        let runtime = current
+        let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
+            ?? RequestID.generate()
+        var logger = self.logger
+        logger[metadataKey: "request_id"] = .string(requestID)
+        let isHead = serverRequest.method == "HEAD"
+
+        let request: GatewayRequest
+        do {
+            request = try GatewayRequest(validating: serverRequest)
+        } catch {
+            logger.debug("rejected malformed request", metadata: ["reason": .string(error.message)])
+            return finish(error.response(requestID: requestID), requestID: requestID, isHead: isHead, close: true)
+        }
+
+        let route: Route
+        switch runtime.router.match(method: request.method, host: request.head.authority, path: request.path) {
+        case .route(let matched):
+            route = matched
+        case .notFound:
+            return finish(GatewayError.notFound(path: request.path).response(requestID: requestID),
+                          requestID: requestID, isHead: isHead)
+        case .methodNotAllowed(let allow):
+            return finish(GatewayError.methodNotAllowed(request.method, allow: allow).response(requestID: requestID),
+                          requestID: requestID, isHead: isHead)
+        }
+
+        var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
+        if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }
+        logger[metadataKey: "route"] = .string(route.name)
+        let context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,
+                                     deadline: deadline, logger: logger, clock: clock)
+        var forwarded = request
+        forwarded.headerFields[.xRequestID] = requestID
+
+        let response: GatewayResponse
+        do {
+            response = try await route.responder.respond(to: forwarded, context: context)
+        } catch let error as GatewayError {
+            response = error.response(requestID: requestID)
+        } catch is CancellationError {
+            response = GatewayError.requestTimeout().response(requestID: requestID)
+        } catch {
+            logger.error("unexpected error in the chain", metadata: ["error": .string(String(describing: error))])
+            response = GatewayError.internalError().response(requestID: requestID)
+        }
+        return finish(response, requestID: requestID, isHead: isHead)
+    }
+
+    private func finish(_ response: GatewayResponse, requestID: String, isHead: Bool, close: Bool = false) -> ServerResponse {
+        var response = response
+        response.headerFields[.xRequestID] = requestID
+        var serverResponse = ServerResponse(response, isHead: isHead)
+        serverResponse.closeConnection = close || draining.load(ordering: .relaxed)
+        return serverResponse
+    }
+}
+
+extension HTTPField.Name {
+    static let xRequestID = HTTPField.Name("X-Request-ID")!
+}

@@ -1,0 +1,82 @@
+import Logging
+
+/// Everything built from one configuration: upstream clients, middleware instances, routes.
+/// Immutable; a reload builds a new one and the gateway swaps it in.
+public final class GatewayRuntime: Sendable {
+    public let config: PorticoConfig
+    public let router: Router
+    public let upstreams: [String: any UpstreamClient]
+
+    /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
+    public struct BuildError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock()) throws {
+        self.config = config
+        var upstreams: [String: any UpstreamClient] = [:]
+        for (name, upstream) in config.upstreams {
+            upstreams[name] = makeUpstreamClient(upstream, logger: logger)
+        }
+        var middleware: [String: any Middleware] = [:]
+        for (name, settings) in config.middleware {
+            middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock)
+        }
+        var routes: [Route] = []
+        for route in config.routes {
+            let names = route.middleware ?? config.defaults.middleware
+            let chain = try names.map { name in
+                guard let instance = middleware[name] else {
+                    throw BuildError(description: "route \(route.name): unknown middleware \"\(name)\"")
+                }
+                return instance
+            }
+            let matcher = Route.Matcher(path: route.match.path, pathPrefix: route.match.pathPrefix,
+                                        host: route.match.host, methods: route.match.methods)
+            let endpoint: any Responder
+            if let direct = route.direct {
+                endpoint = DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
+            } else if let upstreamName = route.upstream, let client = upstreams[upstreamName] {
+                endpoint = UpstreamEndpoint(client: client)
+            } else {
+                throw BuildError(description: "route \(route.name): no upstream or direct response")
+            }
+            var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
+                              upstream: route.upstream, timeout: route.timeout, responder: endpoint)
+            built.responder = MiddlewareChain(chain, endpoint: PrefixStripping(route: built, endpoint: endpoint))
+            routes.append(built)
+        }
+        self.router = Router(routes: routes)
+        self.upstreams = upstreams
+    }
+
+    /// Releases upstream connections. Called once no request uses this runtime.
+    public func shutdown() async {
+        for client in upstreams.values {
+            await client.shutdown()
+        }
+    }
+
+    static func makeMiddleware(name: String, _ settings: MiddlewareConfig, config: PorticoConfig,
+                               logger: Logger, clock: any GatewayClock) throws -> any Middleware {
+        switch settings {
+        case .accessLog(let accessLog):
+            return AccessLogMiddleware(accessLog, logger: logger, clock: clock)
+        case .auth:
+            throw BuildError(description: "middleware \(name): type auth is not available in this build")
+        }
+    }
+}
+
+/// Applies a route's `strip_prefix` just before the endpoint, so middleware see the client's target.
+struct PrefixStripping: Responder {
+    let route: Route
+    let endpoint: any Responder
+
+    func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        guard route.stripPrefix else { return try await endpoint.respond(to: request, context: context) }
+        var stripped = request
+        stripped.head.path = route.upstreamTarget(for: request.target)
+        return try await endpoint.respond(to: stripped, context: context)
+    }
+}

@@ -1,0 +1,92 @@
+import HTTPTypes
+import MicroHTTPD
+import NIOCore
+
+/// Converting between the server's generic request/response and the gateway's typed ones.
+extension GatewayRequest {
+    /// Validates what the server received and builds the typed request; malformed input becomes a 400.
+    init(validating request: ServerRequest) throws(GatewayError) {
+        guard let method = HTTPRequest.Method(request.method) else {
+            throw .badRequest("invalid method")
+        }
+        var fields = HTTPFields()
+        fields.reserveCapacity(request.headers.count)
+        var host: String?
+        var hostCount = 0
+        for (name, value) in request.headers {
+            guard let fieldName = HTTPField.Name(name) else {
+                throw .badRequest("invalid header field name")
+            }
+            guard HTTPField.isValidValue(value) else {
+                throw .badRequest("invalid characters in header field \(fieldName.canonicalName)")
+            }
+            if fieldName == .host {
+                hostCount += 1
+                host = value
+            }
+            fields.append(HTTPField(name: fieldName, value: value))
+        }
+        if hostCount > 1 { throw .badRequest("more than one Host header") }
+        if hostCount == 0 && request.version == "HTTP/1.1" { throw .badRequest("missing Host header") }
+        let target = try Self.originForm(request.target)
+        var head = HTTPRequest(method: method, scheme: "http", authority: host, path: target)
+        head.headerFields = fields
+        self.init(head: head, body: request.body.isEmpty ? .empty : Body(bytes: request.body),
+                  clientAddress: request.clientAddress, version: request.version)
+    }
+
+    /// The target in origin form (`/path?query`). Absolute-form targets are reduced to their
+    /// path; dot segments are refused so a route's prefix cannot be escaped.
+    static func originForm(_ target: String) throws(GatewayError) -> String {
+        var value = target
+        if !value.hasPrefix("/") {
+            let lower = value.lowercased()
+            guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else {
+                throw .badRequest("unsupported request target form")
+            }
+            let afterScheme = value[value.index(value.firstIndex(of: ":")!, offsetBy: 3)...]
+            if let slash = afterScheme.firstIndex(where: { $0 == "/" || $0 == "?" }) {
+                value = afterScheme[slash] == "?" ? "/" + afterScheme[slash...] : String(afterScheme[slash...])
+            } else {
+                value = "/"
+            }
+        }
+        let path = value.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        for segment in path.split(separator: "/", omittingEmptySubsequences: false) {
+            let decoded = segment.lowercased().replacingOccurrences(of: "%2e", with: ".")
+            if decoded == "." || decoded == ".." {
+                throw .badRequest("dot segments are not allowed in the request path")
+            }
+        }
+        if value.utf8.contains(where: { $0 < 0x21 || $0 == 0x7F }) {
+            throw .badRequest("invalid characters in the request target")
+        }
+        return value
+    }
+}
+
+extension HTTPField {
+    /// RFC 9110 field-value: no CR, LF or NUL (other controls are refused too, tab excepted).
+    static func isValidValue(_ value: String) -> Bool {
+        value.utf8.allSatisfy { $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 || $0 >= 0x80 }
+    }
+}
+
+extension ServerResponse {
+    /// The wire response for `response`; HEAD answers carry the upstream's Content-Length.
+    init(_ response: GatewayResponse, isHead: Bool) {
+        var headers: [(name: String, value: String)] = []
+        headers.reserveCapacity(response.headerFields.count)
+        var contentLength: UInt64?
+        for field in response.headerFields {
+            if field.name == .contentLength {
+                contentLength = UInt64(field.value)
+                continue
+            }
+            headers.append((field.name.rawName, field.value))
+        }
+        let body = response.body.buffer.map { Array($0.readableBytesView) } ?? []
+        self.init(status: response.status.code, headers: headers, body: body,
+                  headContentLength: isHead ? (contentLength ?? UInt64(body.count)) : nil)
+    }
+}

@@ -1,0 +1,82 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Portico
+
+@main
+struct PorticoCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "portico",
+        abstract: "An HTTP gateway sidecar: credentials, access logs, caching, retries and rate limits in front of your upstream APIs.",
+        version: PorticoVersion.string,
+        subcommands: [Run.self, Check.self, Demo.self, Version.self],
+        defaultSubcommand: nil
+    )
+}
+
+struct ConfigOption: ParsableArguments {
+    @Option(name: [.short, .long], help: "The YAML configuration file.")
+    var config: String = "config/portico.yaml"
+}
+
+struct Run: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Serve with a configuration file.")
+
+    @OptionGroup var options: ConfigOption
+
+    func run() async throws {
+        let config: PorticoConfig
+        do {
+            config = try ConfigLoader.load(file: options.config)
+        } catch let error as ConfigError {
+            FileHandle.standardError.write(Data("\(error.description)\n".utf8))
+            throw ExitCode(1)
+        }
+        Bootstrap.logging(config.logging)
+        let logger = Logger(label: "portico")
+        try await Serve.run(config: config, file: options.config, logger: logger)
+    }
+}
+
+struct Check: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Validate a configuration file without serving (exit 0 valid, 1 invalid).")
+
+    @OptionGroup var options: ConfigOption
+
+    func run() async throws {
+        let config: PorticoConfig
+        do {
+            config = try ConfigLoader.load(file: options.config)
+        } catch let error as ConfigError {
+            FileHandle.standardError.write(Data("\(error.description)\n".utf8))
+            throw ExitCode(1)
+        }
+        // Build the runtime too: everything that would fail at start fails here.
+        do {
+            let runtime = try GatewayRuntime(config: config, logger: Logger(label: "portico.check", factory: { _ in SwiftLogNoOpLogHandler() }))
+            await runtime.shutdown()
+        } catch {
+            FileHandle.standardError.write(Data("\(options.config): \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        print("\(options.config): OK (\(config.routes.count) routes, \(config.upstreams.count) upstreams, \(config.middleware.count) middleware, \(config.credentials.count) credentials)")
+    }
+}
+
+struct Version: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the version.")
+
+    func run() {
+        print("portico \(PorticoVersion.string)")
+    }
+}
+
+enum Bootstrap {
+    /// swift-log is bootstrapped exactly once, here, from the configuration's logging section.
+    static func logging(_ settings: LoggingConfig) {
+        LoggingSystem.bootstrap { label in
+            StructuredLogHandler(label: label, format: settings.format, level: settings.level)
+        }
+    }
+}

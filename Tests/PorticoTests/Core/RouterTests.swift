@@ -1,0 +1,95 @@
+import HTTPTypes
+import Testing
+@testable import Portico
+
+private struct Named: Responder {
+    let name: String
+    func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        GatewayResponse(status: .ok, body: Body(string: name))
+    }
+}
+
+private func route(_ name: String, path: String? = nil, prefix: String? = nil, host: String? = nil,
+                   methods: [String] = [], strip: Bool = false) -> Route {
+    Route(name: name, matcher: .init(path: path, pathPrefix: prefix, host: host, methods: methods),
+          stripPrefix: strip, responder: Named(name: name))
+}
+
+private func matched(_ router: Router, _ method: HTTPRequest.Method = .get, host: String? = "api.example.com",
+                     _ path: Substring) -> String {
+    switch router.match(method: method, host: host, path: path) {
+    case .route(let route): route.name
+    case .notFound: "404"
+    case .methodNotAllowed(let allow): "405 " + allow.joined(separator: ",")
+    }
+}
+
+@Suite("Router")
+struct RouterTests {
+    let router = Router(routes: [
+        route("root", prefix: "/"),
+        route("api", prefix: "/api"),
+        route("api-v2", prefix: "/api/v2/"),
+        route("exact", path: "/api/v2/health"),
+        route("hosted", prefix: "/api", host: "admin.example.com"),
+        route("wild", prefix: "/w", host: "*.tenant.io"),
+        route("writes", path: "/items", methods: ["POST", "PUT"]),
+        route("reads", path: "/items", methods: ["GET"]),
+        route("only-delete", path: "/gone", methods: ["DELETE"]),
+    ])
+
+    @Test("the longest prefix wins and an exact path beats any prefix", arguments: [
+        ("/api/v2/x", "api-v2"), ("/api/v2/health", "exact"), ("/api/v1", "api"), ("/api", "api"),
+        ("/apix", "root"), ("/", "root"), ("/anything/else", "root"),
+    ])
+    func specificity(path: String, expected: String) {
+        #expect(matched(router, Substring(path)) == expected)
+    }
+
+    @Test("a host-specific route beats a host-agnostic one; ports and case are ignored")
+    func hosts() {
+        #expect(matched(router, host: "Admin.Example.com:8443", "/api/x") == "hosted")
+        #expect(matched(router, host: "other.example.com", "/api/x") == "api")
+        #expect(matched(router, host: "a.tenant.io", "/w/1") == "wild")
+        #expect(matched(router, host: "tenant.io", "/w/1") == "root")
+        #expect(matched(router, host: nil, "/api/x") == "api")
+    }
+
+    @Test("methods select among routes on the same path; none allowed → 405 with Allow")
+    func methods() {
+        #expect(matched(router, .post, "/items") == "writes")
+        #expect(matched(router, .get, "/items") == "reads")
+        #expect(matched(router, .head, "/items") == "reads")
+        #expect(matched(router, .get, "/gone") == "405 DELETE")
+        #expect(matched(Router(routes: [route("w", path: "/items", methods: ["POST", "PUT"])]), .delete, "/items") == "405 POST,PUT")
+    }
+
+    @Test("no route → not found")
+    func notFound() {
+        #expect(matched(Router(routes: [route("api", prefix: "/api")]), "/other") == "404")
+    }
+
+    @Test("strip_prefix removes the matched prefix and keeps the query", arguments: [
+        ("/api", "/api/orders/1?x=%2F", "/orders/1?x=%2F"),
+        ("/api/", "/api/orders", "/orders"),
+        ("/api", "/api", "/"),
+        ("/api", "/api?x=1", "/?x=1"),
+    ])
+    func stripPrefix(prefix: String, target: String, expected: String) {
+        #expect(route("r", prefix: prefix, strip: true).upstreamTarget(for: target) == expected)
+    }
+
+    @Test("dot segments and odd target forms are refused", arguments: [
+        "/a/../b", "/a/%2e%2E/b", "/./x", "*", "x", "/a b",
+    ])
+    func refusedTargets(target: String) {
+        #expect(throws: GatewayError.self) { try GatewayRequest.originForm(target) }
+    }
+
+    @Test("absolute-form targets are reduced to origin form")
+    func absoluteForm() throws {
+        #expect(try GatewayRequest.originForm("http://example.com/a?b=1") == "/a?b=1")
+        #expect(try GatewayRequest.originForm("http://example.com") == "/")
+        #expect(try GatewayRequest.originForm("/a%2Fb?c=+") == "/a%2Fb?c=+")
+    }
+}
