@@ -1,0 +1,103 @@
+extension CredentialConfig {
+    static let supportedTypes = ["static", "basic", "oauth2_client_credentials", "oauth2_refresh_token"]
+
+    /// `credentials.NAME`, dispatched on `type:`.
+    static func parse(_ m: ConfigMapping) -> CredentialConfig? {
+        guard let type = m.required("type")?.choice(supportedTypes) else {
+            return nil  // keys depend on the type: checking them would only add noise
+        }
+        let kind: Kind?
+        var extras: (refreshBeforeExpiry: Duration?, defaultLifetime: Duration?, timeout: Duration?) = (nil, nil, nil)
+        switch type {
+        case "static":
+            kind = parseStatic(m)
+        case "basic":
+            kind = parseBasic(m)
+        case "oauth2_client_credentials":
+            let oauth = OAuth2Config.parse(m)
+            extras = parseTokenTiming(m)
+            kind = oauth.map { .oauth2ClientCredentials($0) }
+        default:  // "oauth2_refresh_token"
+            let oauth = OAuth2Config.parse(m)
+            let refreshToken = m.required("refresh_token")?.nonEmptyString()
+            extras = parseTokenTiming(m)
+            if let oauth, let refreshToken {
+                kind = .oauth2RefreshToken(oauth, refreshToken: refreshToken)
+            } else {
+                kind = nil
+            }
+        }
+        m.finish()
+        guard let kind else { return nil }
+        var c = CredentialConfig(kind: kind)
+        if let value = extras.refreshBeforeExpiry { c.refreshBeforeExpiry = value }
+        if let value = extras.defaultLifetime { c.defaultLifetime = value }
+        if let value = extras.timeout { c.timeout = value }
+        return c
+    }
+
+    /// `type: static` — a fixed header; `header` defaults to `Authorization`.
+    private static func parseStatic(_ m: ConfigMapping) -> Kind? {
+        var header = "Authorization"
+        m.read("header", into: &header) { $0.headerName() }
+        guard let valueNode = m.required("value"), let value = valueNode.headerValue() else { return nil }
+        guard !value.isEmpty else {
+            valueNode.error("must not be empty")
+            return nil
+        }
+        return .staticHeader(header: header, value: value)
+    }
+
+    /// `type: basic` — RFC 7617 forbids `:` in the user name.
+    private static func parseBasic(_ m: ConfigMapping) -> Kind? {
+        let usernameNode = m.required("username")
+        var username = usernameNode?.nonEmptyString()
+        if let name = username, name.contains(":") {
+            usernameNode?.error("must not contain \":\"")
+            username = nil
+        }
+        let password = m.required("password")?.string()
+        guard let username, let password else { return nil }
+        return .basic(username: username, password: password)
+    }
+
+    /// Token timing keys, only meaningful (and only accepted) for the OAuth2 kinds.
+    private static func parseTokenTiming(_ m: ConfigMapping)
+        -> (refreshBeforeExpiry: Duration?, defaultLifetime: Duration?, timeout: Duration?) {
+        var result: (refreshBeforeExpiry: Duration?, defaultLifetime: Duration?, timeout: Duration?) = (nil, nil, nil)
+        m.read("refresh_before_expiry", into: &result.refreshBeforeExpiry) { $0.duration() }
+        m.read("default_lifetime", into: &result.defaultLifetime) { $0.duration(positive: true) }
+        m.read("timeout", into: &result.timeout) { $0.duration(positive: true) }
+        return result
+    }
+}
+
+extension OAuth2Config {
+    /// The keys shared by both OAuth2 grant types.
+    static func parse(_ m: ConfigMapping) -> OAuth2Config? {
+        let tokenURL = m.required("token_url")?.url(allowQuery: true)
+        let clientID = m.required("client_id")?.nonEmptyString()
+        let clientSecret = m.required("client_secret")?.nonEmptyString()
+        var clientAuth = ClientAuthMethod.clientSecretBasic
+        m.read("client_auth", into: &clientAuth) { $0.choice(ClientAuthMethod.self) }
+        var scope: String?, audience: String?
+        m.read("scope", into: &scope) { $0.string() }
+        m.read("audience", into: &audience) { $0.string() }
+        var extraParams: [String: String] = [:]
+        m.read("extra_params", into: &extraParams) { node in
+            guard let params = node.mapping() else { return nil }
+            var result: [String: String] = [:]
+            for entry in params.entries {
+                if let value = entry.value.string() { result[entry.key] = value }
+            }
+            return result
+        }
+        guard let tokenURL, let clientID, let clientSecret else { return nil }
+        var c = OAuth2Config(tokenURL: tokenURL, clientID: clientID, clientSecret: clientSecret)
+        c.clientAuth = clientAuth
+        c.scope = scope
+        c.audience = audience
+        c.extraParams = extraParams
+        return c
+    }
+}

@@ -1,0 +1,160 @@
+extension RouteConfig {
+    /// `routes:` — each route, plus the checks that span routes (unique names).
+    static func parseList(_ node: ConfigNode, names: ConfigNames) -> [RouteConfig] {
+        guard let items = node.list() else { return [] }
+        var routes: [RouteConfig] = []
+        var firstLine: [String: Int?] = [:]
+        for item in items {
+            guard let m = item.mapping() else { continue }
+            let nameNode = m.value("name")
+            // Names count even for broken routes, so a duplicate is still reported.
+            let (name, route) = parse(m, names: names)
+            guard let name else { continue }
+            if let line = firstLine[name] {
+                let shown = nameNode?.scalar()?.shown ?? name.quotedForMessage
+                nameNode?.error("duplicate route name \(shown)"
+                    + (line.map { " (first defined at line \($0))" } ?? ""))
+                continue
+            }
+            firstLine[name] = nameNode?.line
+            if let route { routes.append(route) }
+        }
+        return routes
+    }
+
+    /// One `routes[]` entry: its name when readable, and the route unless it had errors.
+    static func parse(_ m: ConfigMapping, names: ConfigNames) -> (name: String?, route: RouteConfig?) {
+        let name = m.required("name")?.nonEmptyString()
+        let matchMapping = m.required("match")?.mapping()
+        let match = matchMapping.flatMap(Match.parse)
+        let upstreamNode = m.value("upstream"), directNode = m.value("direct")
+        let upstream = upstreamNode?.reference(to: "upstream", among: names.upstreams)
+        let direct = directNode?.mapping().flatMap(Direct.parse)
+        switch (upstreamNode, directNode) {
+        case (.some, .some): m.node.error("set either upstream or direct, not both")
+        case (nil, nil): m.node.error("needs either upstream or direct")
+        default: break
+        }
+        var stripPrefix = false
+        if let node = m.value("strip_prefix"), let value = node.bool() {
+            stripPrefix = value
+            if value, let matchMapping, matchMapping.value("path_prefix") == nil {
+                node.error("requires match.path_prefix")
+            }
+        }
+        var middleware: [String]?
+        m.read("middleware", into: &middleware) { $0.middlewareList(names: names) }
+        var timeout: Duration?
+        m.read("timeout", into: &timeout) { $0.duration(positive: true) }
+        m.finish()
+
+        guard let name, let match, upstream != nil || direct != nil else { return (name, nil) }
+        return (name, RouteConfig(name: name, match: match, upstream: upstream, direct: direct,
+                                  stripPrefix: stripPrefix, middleware: middleware, timeout: timeout))
+    }
+}
+
+extension RouteConfig.Match {
+    /// `match:` — at least one of `path`, `path_prefix`, `host`; `methods` narrows further.
+    static func parse(_ m: ConfigMapping) -> RouteConfig.Match? {
+        var c = RouteConfig.Match()
+        m.read("path", into: &c.path) { $0.absolutePath() }
+        m.read("path_prefix", into: &c.pathPrefix) { $0.absolutePath() }
+        m.read("host", into: &c.host) { $0.hostPattern() }
+        m.read("methods", into: &c.methods) { $0.methodList() }
+        m.finish()
+        let present = ["path", "path_prefix", "host"].filter { m.value($0) != nil }
+        if present.isEmpty {
+            m.node.error("needs at least one of path, path_prefix, host")
+            return nil
+        }
+        if present.contains("path"), present.contains("path_prefix") {
+            m.node.error("path and path_prefix cannot both be set (path is an exact match)")
+            return nil
+        }
+        return c
+    }
+}
+
+extension RouteConfig.Direct {
+    /// `direct:` — a canned response.
+    static func parse(_ m: ConfigMapping) -> RouteConfig.Direct? {
+        var c = RouteConfig.Direct()
+        m.read("status", into: &c.status) { $0.int(in: 100...599) }
+        let bodyNode = m.value("body")
+        if let body = bodyNode?.string() { c.body = body }
+        if !c.body.isEmpty, c.status < 200 || c.status == 204 || c.status == 304 {
+            bodyNode?.error("must be empty for status \(c.status)")
+        }
+        m.read("headers", into: &c.headers) { node in
+            guard let headers = node.mapping() else { return nil }
+            var result: [(String, String)] = []
+            for entry in headers.entries {
+                guard HTTPSyntax.isToken(entry.key) else {
+                    entry.keyNode.error("invalid header name \(entry.key.quotedForMessage)")
+                    continue
+                }
+                if HTTPSyntax.framingHeaders.contains(entry.key.lowercased()) {
+                    entry.keyNode.error("header \(entry.key.quotedForMessage) is set by Portico and cannot be configured")
+                    continue
+                }
+                if let value = entry.value.headerValue() { result.append((entry.key, value)) }
+            }
+            return result
+        }
+        m.finish()
+        return c
+    }
+}
+
+extension ConfigNode {
+    /// A request path: must start with `/`.
+    func absolutePath() -> String? {
+        guard let value = scalar() else { return nil }
+        guard value.text.hasPrefix("/") else {
+            error("must start with \"/\", got \(value.shown)")
+            return nil
+        }
+        guard !value.text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
+            error("must not contain spaces or control characters")
+            return nil
+        }
+        return value.text
+    }
+
+    /// `api.example.com` or `*.example.com`, lower-cased; no port.
+    func hostPattern() -> String? {
+        guard let value = scalar() else { return nil }
+        let host = value.text.lowercased()
+        let labels = (host.hasPrefix("*.") ? String(host.dropFirst(2)) : host).split(separator: ".", omittingEmptySubsequences: false)
+        let valid = !labels.isEmpty && labels.allSatisfy { label in
+            !label.isEmpty && !label.hasPrefix("-") && !label.hasSuffix("-")
+                && label.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }
+        }
+        guard valid else {
+            error("invalid host \(value.shown) (expected e.g. api.example.com or *.example.com, without port)")
+            return nil
+        }
+        return host
+    }
+
+    /// HTTP methods, upper-cased, each a valid token and listed once.
+    func methodList() -> [String]? {
+        guard let items = list() else { return nil }
+        var result: [String] = []
+        for item in items {
+            guard let value = item.scalar() else { continue }
+            guard HTTPSyntax.isToken(value.text) else {
+                item.error("invalid HTTP method \(value.shown)")
+                continue
+            }
+            let method = value.text.uppercased()
+            if result.contains(method) {
+                item.error("duplicate method \(method.quotedForMessage)")
+                continue
+            }
+            result.append(method)
+        }
+        return result
+    }
+}

@@ -1,0 +1,16 @@
+extension UpstreamConfig {
+    /// `upstreams.NAME`; nil when `url` is missing or invalid (other problems are reported
+    /// and the default kept, so one pass reports them all).
+    static func parse(_ m: ConfigMapping, name: String) -> UpstreamConfig? {
+        let url = m.required("url")?.url(allowQuery: false)
+        var c = UpstreamConfig(name: name, url: url ?? .init(fileURLWithPath: "/"))
+        m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
+        m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
+        m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
+        m.read("max_connections", into: &c.maxConnections) { $0.int(in: 1...Int.max) }
+        m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
+        m.read("max_response_bytes", into: &c.maxResponseBytes) { $0.size() }
+        m.finish()
+        return url == nil ? nil : c
+    }
+}
