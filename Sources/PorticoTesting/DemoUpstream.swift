@@ -1,0 +1,59 @@
+import Foundation
+import MicroHTTPD
+import Synchronization
+
+/// The upstream `portico demo` forwards to: a tiny orders API on 127.0.0.1.
+/// - `GET /orders` lists orders, `GET /orders/{id}` returns one, `POST /orders` creates one.
+/// - `GET /echo…` answers with what it received (method, target, headers), to show what the gateway sends.
+public final class DemoUpstream: Sendable {
+    private let server: HTTPServer
+    private let counter = Atomic<Int>(0)
+
+    public init() {
+        let counter = Atomic<Int>(0)
+        server = HTTPServer(configuration: ServerConfiguration()) { request in
+            let served = counter.add(1, ordering: .relaxed).newValue
+            return DemoUpstream.answer(request, served: served)
+        }
+    }
+
+    /// Starts on 127.0.0.1 with a free port; returns it.
+    public func start() throws -> Int {
+        Int(try server.start())
+    }
+
+    public func stop() async {
+        await server.stop(grace: .seconds(1))
+    }
+
+    static func answer(_ request: ServerRequest, served: Int) -> ServerResponse {
+        let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+        func json(_ status: Int, _ object: Any) -> ServerResponse {
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+            return ServerResponse(status: status, headers: [("Content-Type", "application/json"),
+                                                             ("X-Upstream-Served", String(served))],
+                                  body: Array(data) + [0x0A])
+        }
+        switch (request.method, path) {
+        case ("GET", "/orders"), ("HEAD", "/orders"):
+            return json(200, ["orders": (1...3).map { ["id": $0, "item": "widget-\($0)", "quantity": $0 * 2] }])
+        case ("POST", "/orders"):
+            return json(201, ["id": 4, "received_bytes": request.body.count])
+        case ("GET", _) where path.hasPrefix("/orders/"):
+            let id = path.dropFirst("/orders/".count)
+            guard let number = Int(id), (1...3).contains(number) else {
+                return json(404, ["error": "no such order", "id": String(id)])
+            }
+            return json(200, ["id": number, "item": "widget-\(number)", "quantity": number * 2])
+        case (_, _) where path.hasPrefix("/echo"):
+            return json(200, [
+                "method": request.method,
+                "target": request.target,
+                "headers": request.headers.map { ["name": $0.name, "value": $0.value] },
+                "body_bytes": request.body.count,
+            ])
+        default:
+            return json(404, ["error": "not found"])
+        }
+    }
+}
