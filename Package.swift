@@ -48,6 +48,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
@@ -75,8 +76,28 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "MicroHTTPDTests", dependencies: ["MicroHTTPD", "PorticoTesting"], swiftSettings: strict),
-        .testTarget(name: "PorticoTests", dependencies: ["Portico", "PorticoTesting"], swiftSettings: strict),
-        .testTarget(name: "IntegrationTests", dependencies: ["Portico", "PorticoTesting"], swiftSettings: strict),
+        .testTarget(
+            name: "PorticoTests",
+            dependencies: [
+                "Portico",
+                "PorticoTesting",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "Portico",
+                "PorticoTesting",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,93 @@
+import HTTPTypes
+
+/// Header hygiene shared by both transports: pure functions over ordered fields.
+/// Everything not named here keeps its position, its duplicates and its case.
+public enum ForwardingHeaders {
+    public static let host = HTTPField.Name("Host")!
+    public static let xForwardedFor = HTTPField.Name("X-Forwarded-For")!
+    public static let xForwardedProto = HTTPField.Name("X-Forwarded-Proto")!
+    public static let xForwardedHost = HTTPField.Name("X-Forwarded-Host")!
+    public static let via = HTTPField.Name("Via")!
+    /// The pseudonym this gateway uses in `Via`.
+    public static let viaValue = "1.1 portico"
+
+    /// Hop-by-hop fields (RFC 9110 §7.6.1 plus the legacy ones), by lowercased name.
+    public static let hopByHop: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade",
+    ]
+
+    /// Removes the hop-by-hop fields and every field a `Connection` header names.
+    public static func removingHopByHop(_ fields: HTTPFields) -> HTTPFields {
+        var drop = hopByHop
+        for value in fields[values: .connection] {
+            for token in value.split(separator: ",") {
+                let name = token.trimmingWhitespace().lowercased()
+                if !name.isEmpty { drop.insert(name) }
+            }
+        }
+        return HTTPFields(fields.filter { !drop.contains($0.name.canonicalName) })
+    }
+
+    /// The fields to send upstream for a client request.
+    ///
+    /// - `clientHost`: the client's `Host` (from the fields, or the request's authority).
+    /// - `upstreamHost`: the upstream's `host[:port]`; sent as `Host` unless `preserveHost`.
+    public static func upstreamRequestFields(
+        _ fields: HTTPFields, authority: String? = nil, clientAddress: String,
+        upstreamHost: String, preserveHost: Bool, proto: String = "http"
+    ) -> HTTPFields {
+        var out = removingHopByHop(fields)
+        let clientHost = out[host] ?? authority
+        let sentHost = preserveHost ? (clientHost ?? upstreamHost) : upstreamHost
+
+        // Exactly one Host, where the client had it (first otherwise, as HTTP/1.1 clients send it).
+        if let first = out.firstIndex(where: { $0.name == host }) {
+            out[first] = HTTPField(name: host, value: sentHost)
+            var index = out.index(after: first)
+            while index < out.endIndex {
+                if out[index].name == host { out.remove(at: index) } else { index = out.index(after: index) }
+            }
+        } else {
+            out.insert(HTTPField(name: host, value: sentHost), at: out.startIndex)
+        }
+
+        if !clientAddress.isEmpty {
+            appendToList(&out, name: xForwardedFor, value: clientAddress)
+        }
+        if out[xForwardedProto] == nil {
+            out.append(HTTPField(name: xForwardedProto, value: proto))
+        }
+        if out[xForwardedHost] == nil, let clientHost {
+            out.append(HTTPField(name: xForwardedHost, value: clientHost))
+        }
+        appendToList(&out, name: via, value: viaValue)
+        return out
+    }
+
+    /// The fields to send back to the client for an upstream response.
+    public static func clientResponseFields(_ fields: HTTPFields) -> HTTPFields {
+        var out = removingHopByHop(fields)
+        appendToList(&out, name: via, value: viaValue)
+        return out
+    }
+
+    /// Appends `value` to the last field named `name` (a comma-separated list), or adds the field.
+    static func appendToList(_ fields: inout HTTPFields, name: HTTPField.Name, value: String) {
+        if let last = fields.lastIndex(where: { $0.name == name }) {
+            let existing = fields[last].value.trimmingWhitespace()
+            fields[last] = HTTPField(name: name, value: existing.isEmpty ? value : "\(existing), \(value)")
+        } else {
+            fields.append(HTTPField(name: name, value: value))
+        }
+    }
+}
+
+extension StringProtocol {
+    func trimmingWhitespace() -> String {
+        var scalars = Substring(self).unicodeScalars[...]
+        while let first = scalars.first, first == " " || first == "\t" { scalars.removeFirst() }
+        while let last = scalars.last, last == " " || last == "\t" { scalars.removeLast() }
+        return String(String.UnicodeScalarView(scalars))
+    }
+}

@@ -1,0 +1,126 @@
+import AsyncHTTPClient
+import HTTPTypes
+import Logging
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// The `nio` transport: AsyncHTTPClient on SwiftNIO, for throughput. Bodies travel byte for
+/// byte (no decompression), redirects are passed through.
+///
+/// One `HTTPClient` per upstream, all on the process-wide event loop group: the pool size,
+/// connect and read timeouts are per-client settings, so a client per upstream is what makes
+/// `max_connections` and the timeouts per upstream; it also lets a configuration reload shut
+/// down a removed upstream's connections without touching the others. Threads are shared.
+final class NIOUpstream: UpstreamClient {
+    let config: UpstreamConfig
+    private let target: UpstreamTarget
+    private let client: HTTPClient
+    private let logger: Logger
+
+    init(config: UpstreamConfig, logger: Logger) {
+        self.config = config
+        self.target = UpstreamTarget(baseURL: config.url)
+        self.logger = logger
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.decompression = .disabled
+        configuration.httpVersion = .http1Only
+        configuration.timeout = .init(connect: TimeAmount(config.connectTimeout), read: TimeAmount(config.timeout))
+        configuration.connectionPool = .init(idleTimeout: .seconds(60),
+                                             concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections))
+        // Fail fast when the upstream refuses: the retry middleware owns retries and their budget.
+        configuration.connectionPool.retryConnectionEstablishment = false
+        self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
+                                 backgroundActivityLogger: logger)
+    }
+
+    func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        var outbound = HTTPClientRequest(url: target.urlString(for: request.target))
+        outbound.method = HTTPMethod(rawValue: request.method.rawValue)
+        let fields = ForwardingHeaders.upstreamRequestFields(
+            request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
+            upstreamHost: target.authority, preserveHost: config.preserveHost)
+        for field in fields {
+            switch field.name.canonicalName {
+            // Framing follows the buffered body; `Expect` is moot once the body is here.
+            case "content-length", "transfer-encoding", "expect": continue
+            default: outbound.headers.add(name: field.name.rawName, value: field.value)
+            }
+        }
+        if let buffer = request.body.buffer, buffer.readableBytes > 0 {
+            outbound.body = .bytes(buffer)
+        }
+
+        let deadline = upstreamDeadline(config: config, context: context)
+        let nioDeadline = NIODeadline.now() + TimeAmount(context.clock.now.duration(to: deadline))
+        let limit = config.maxResponseBytes
+        let isHead = request.method == .head
+        let progress = ExchangeProgress()
+        do {
+            return try await withUpstreamDeadline(deadline, clock: context.clock) { [client, logger, outbound] in
+                let response = try await client.execute(outbound, deadline: nioDeadline, logger: logger)
+                progress.headReceived()
+                let body = try await response.body.collect(upTo: limit)
+                return Self.makeResponse(response, body: isHead ? ByteBuffer() : body)
+            }
+        } catch {
+            guard let mapped = Self.classify(error, afterHead: progress.afterHead, limit: limit) else { throw error }
+            context.logger.debug("upstream exchange failed", metadata: ["upstream": "\(config.name)", "error": "\(mapped)"])
+            throw mapped.gatewayError(upstream: config.name)
+        }
+    }
+
+    func shutdown() async {
+        try? await client.shutdown()
+    }
+
+    static func makeResponse(_ response: HTTPClientResponse, body: ByteBuffer) -> GatewayResponse {
+        var fields = HTTPFields()
+        fields.reserveCapacity(response.headers.count)
+        for (name, value) in response.headers {
+            guard let name = HTTPField.Name(name) else { continue }
+            fields.append(HTTPField(name: name, value: value))
+        }
+        return GatewayResponse(status: HTTPResponse.Status(code: Int(response.status.code)),
+                               headerFields: ForwardingHeaders.clientResponseFields(fields), body: Body(body))
+    }
+
+    /// AsyncHTTPClient / NIO errors → UpstreamError; `nil` for cancellation (rethrown as is).
+    /// Details name error kinds only, never header values or URLs.
+    static func classify(_ error: any Error, afterHead: Bool, limit: Int) -> UpstreamError? {
+        switch error {
+        case let error as UpstreamError:
+            return error
+        case is CancellationError:
+            return nil
+        case is NIOTooManyBytesError:
+            return .responseTooLarge(limit: limit)
+        case let error as HTTPClientError:
+            switch error {
+            case .deadlineExceeded, .readTimeout, .writeTimeout: return .timeout
+            case .connectTimeout, .getConnectionFromPoolTimeout: return .connectTimeout
+            case .remoteConnectionClosed: return .connectionClosed("remote closed the connection")
+            case .cancelled: return nil
+            case .alreadyShutdown: return .connectFailed("client is shut down")
+            default: return afterHead ? .protocolError("invalid response") : .connectFailed("request failed")
+            }
+        case let error as HTTPParserError:
+            if case .invalidEOFState = error { return .connectionClosed("closed before the body was complete") }
+            return .protocolError("\(error)")
+        case let error as IOError:
+            return afterHead ? .connectionClosed("errno \(error.errnoCode)") : .connectFailed("errno \(error.errnoCode)")
+        default:
+            let kind = String(describing: type(of: error))
+            if kind.contains("SSL") || kind.contains("TLS") { return .tls(kind) }
+            return afterHead ? .connectionClosed(kind) : .connectFailed(kind)
+        }
+    }
+}
+
+/// Whether the response head arrived, so a failure is a reset mid-body rather than a failed connect.
+private final class ExchangeProgress: Sendable {
+    private let state = Mutex(false)
+    func headReceived() { state.withLock { $0 = true } }
+    var afterHead: Bool { state.withLock { $0 } }
+}

@@ -1,0 +1,405 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HTTPTypes
+import Logging
+import NIOCore
+import Synchronization
+
+/// The `urlsession` transport: one URLSession per upstream, driven through a
+/// `URLSessionDataDelegate` so redirects, auth challenges, body limits and deadlines are ours.
+///
+/// What FoundationNetworking (libcurl underneath) does and how this transport copes
+/// (measured on Swift 6.3.1 / curl 7.88.1):
+/// - It adds `Accept`, `Accept-Encoding`, `User-Agent`, `Accept-Language`, `Connection:
+///   keep-alive` (and a POST `Content-Type`) unless set. A value of a single space makes curl
+///   drop the header entirely (an empty string is sent as an empty header), so every such
+///   header the client did not send is set to `" "`: the upstream sees the client's headers.
+/// - Request headers are a case-insensitive dictionary: duplicates are joined with `, `
+///   (`Cookie` with `; `), and their order is lost.
+/// - It decodes gzip/deflate/br/zstd bodies (stacked too) whatever `Accept-Encoding` says and
+///   keeps `Content-Encoding`/`Content-Length`; an unknown coding fails the task. See
+///   `restoreContentCoding`.
+/// - Duplicate response headers of the same spelling are joined with `, `, and header order is
+///   lost; `Set-Cookie` is split again heuristically (see `splitSetCookie`).
+/// - curl removes dot segments from the path (`/a/../b` → `/b`); the query is sent verbatim.
+/// - Timeouts are whole seconds: the deadline is enforced here instead.
+/// - There is no separate connect timeout: `connect_timeout` is not applied by this transport.
+final class URLSessionUpstream: UpstreamClient {
+    let config: UpstreamConfig
+    private let target: UpstreamTarget
+    private let session: URLSession
+    private let delegate: URLSessionUpstreamDelegate
+    private let logger: Logger
+
+    init(config: UpstreamConfig, logger: Logger) {
+        self.config = config
+        self.target = UpstreamTarget(baseURL: config.url)
+        self.logger = logger
+        let configuration = URLSessionConfiguration.ephemeral
+        // Ephemeral sessions still store cookies and cache: turn every store off.
+        configuration.httpCookieStorage = nil
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
+        configuration.urlCache = nil
+        configuration.urlCredentialStorage = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpMaximumConnectionsPerHost = max(1, config.maxConnections)
+        // Whole seconds only and below 1 s fails at once: a backstop behind our own deadline.
+        let backstop = TimeInterval(max(1, Int(config.timeout.components.seconds) + 2))
+        configuration.timeoutIntervalForRequest = backstop
+        configuration.timeoutIntervalForResource = backstop
+        self.delegate = URLSessionUpstreamDelegate()
+        self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        let urlRequest = try makeURLRequest(request)
+        let deadline = upstreamDeadline(config: config, context: context)
+        let limit = config.maxResponseBytes
+        do {
+            let received = try await withUpstreamDeadline(deadline, clock: context.clock) { [session, delegate] in
+                try await delegate.run(session.dataTask(with: urlRequest), limit: limit)
+            }
+            return try makeResponse(received, method: request.method)
+        } catch let error as UpstreamError {
+            context.logger.debug("upstream exchange failed", metadata: ["upstream": "\(config.name)", "error": "\(error)"])
+            throw error.gatewayError(upstream: config.name)
+        }
+    }
+
+    func shutdown() async {
+        session.invalidateAndCancel()
+    }
+
+    // MARK: Request
+
+    /// Headers FoundationNetworking or curl add when absent; `" "` makes curl send none.
+    static let suppressedDefaults = ["Accept", "Accept-Encoding", "User-Agent", "Accept-Language",
+                                     "Content-Type", "Connection", "Expect"]
+
+    func makeURLRequest(_ request: GatewayRequest) throws -> URLRequest {
+        let urlString = target.urlString(for: request.target)
+        // Built from the string: the query reaches the wire byte for byte (checked by tests).
+        guard let url = URL(string: urlString) else {
+            throw GatewayError.badRequest("request target cannot be forwarded")
+        }
+        let backstop = session.configuration.timeoutIntervalForRequest
+        var urlRequest = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: backstop)
+        urlRequest.httpMethod = request.method.rawValue
+        urlRequest.httpShouldHandleCookies = false
+
+        let fields = ForwardingHeaders.upstreamRequestFields(
+            request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
+            upstreamHost: target.authority, preserveHost: config.preserveHost)
+        for (name, value) in Self.joinedForDictionary(fields) {
+            urlRequest.setValue(value, forHTTPHeaderField: name)
+        }
+        for name in Self.suppressedDefaults where urlRequest.value(forHTTPHeaderField: name) == nil {
+            urlRequest.setValue(" ", forHTTPHeaderField: name)
+        }
+        if let buffer = request.body.buffer, buffer.readableBytes > 0 {
+            urlRequest.httpBody = Data(buffer.readableBytesView)
+        }
+        return urlRequest
+    }
+
+    /// URLRequest headers are a dictionary: join duplicates (`Cookie` with `; ` as RFC 6265
+    /// asks, the rest with `, `) under the first spelling seen. Framing is curl's job.
+    static func joinedForDictionary(_ fields: HTTPFields) -> [(String, String)] {
+        var order: [String] = []
+        var joined: [String: (name: String, value: String)] = [:]
+        for field in fields {
+            let key = field.name.canonicalName
+            if key == "content-length" || key == "transfer-encoding" || key == "expect" { continue }
+            if var entry = joined[key] {
+                entry.value += (key == "cookie" ? "; " : ", ") + field.value
+                joined[key] = entry
+            } else {
+                order.append(key)
+                joined[key] = (field.name.rawName, field.value)
+            }
+        }
+        return order.map { joined[$0]! }.map { ($0.name, $0.value) }
+    }
+
+    // MARK: Response
+
+    func makeResponse(_ received: URLSessionUpstreamDelegate.Received, method: HTTPRequest.Method) throws -> GatewayResponse {
+        let http = received.response
+        guard (100...999).contains(http.statusCode) else {
+            throw UpstreamError.protocolError("invalid status \(http.statusCode)").gatewayError(upstream: config.name)
+        }
+        let status = HTTPResponse.Status(code: http.statusCode)
+        var fields = HTTPFields()
+        // Sorted so the order at least does not vary from run to run: URLSession lost the original.
+        let pairs = http.allHeaderFields.compactMap { key, value -> (String, String)? in
+            guard let name = key as? String, let value = value as? String else { return nil }
+            return (name, value)
+        }.sorted { $0.0.lowercased() < $1.0.lowercased() }
+        for (name, value) in pairs {
+            guard let fieldName = HTTPField.Name(name) else { continue }
+            if fieldName == .setCookie {
+                for cookie in Self.splitSetCookie(value) { fields.append(HTTPField(name: fieldName, value: cookie)) }
+            } else {
+                fields.append(HTTPField(name: fieldName, value: value))
+            }
+        }
+        var body = received.body
+        let hasBody = method != .head && status.code != 204 && status.code != 304 && status.kind != .informational
+        try Self.restoreContentCoding(&fields, body: &body, hasBody: hasBody)
+        if !hasBody { body.clear() }
+        return GatewayResponse(status: status, headerFields: ForwardingHeaders.clientResponseFields(fields),
+                               body: Body(body))
+    }
+
+    /// Content codings curl decodes on its own (all of them, also stacked).
+    static let decodedCodings: Set<String> = ["gzip", "x-gzip", "deflate", "br", "zstd"]
+
+    /// URLSession hands over a decoded body with the upstream's `Content-Encoding` and
+    /// `Content-Length`. Make them agree again:
+    /// - a single `gzip`/`deflate` coding is re-applied with zlib, so the client still gets the
+    ///   coding it negotiated (and a cache keyed on `Vary: Accept-Encoding` stores the right
+    ///   variant); the bytes differ from the upstream's, so a strong `ETag` becomes weak and
+    ///   digests of the encoded bytes are dropped;
+    /// - `br`, `zstd` or stacked codings cannot be re-applied here: the coding is dropped and
+    ///   the identity body is sent (identity is always acceptable), also with a weak `ETag`.
+    /// `Content-Length` is set to the bytes actually sent. Bodiless responses (HEAD, 204, 304)
+    /// keep their length; their `ETag` is weakened the same way so validators stay consistent.
+    static func restoreContentCoding(_ fields: inout HTTPFields, body: inout ByteBuffer, hasBody: Bool) throws {
+        guard let encoding = fields[.contentEncoding] else { return }
+        let codings = encoding.split(separator: ",").map { $0.trimmingWhitespace().lowercased() }.filter { !$0.isEmpty }
+        guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
+
+        if let etag = fields[.eTag], !etag.hasPrefix("W/") {
+            fields[.eTag] = "W/" + etag
+        }
+        for name in ["Content-MD5", "Content-Digest", "Repr-Digest", "Digest"] {
+            if let name = HTTPField.Name(name) { fields[name] = nil }
+        }
+        guard hasBody else { return }
+
+        let format: Zlib.Format? = switch codings {
+        case ["gzip"], ["x-gzip"]: .gzip
+        case ["deflate"]: .zlib
+        default: nil
+        }
+        if let format {
+            let encoded = try Zlib.compress(body.readableBytesView, format: format)
+            body = ByteBuffer(bytes: encoded)
+        } else {
+            fields[.contentEncoding] = nil
+        }
+        fields[.contentLength] = String(body.readableBytes)
+    }
+
+    /// Splits a `Set-Cookie` value URLSession joined with `, `.
+    ///
+    /// A comma starts a new cookie only when what follows is `token=` before any `;`, `,` or
+    /// space: `Expires=Wed, 21 Oct 2015 …` never matches (a date has a space before any `=`),
+    /// and cookie values cannot contain commas (RFC 6265 cookie-octet). It can still split a
+    /// cookie wrongly when an attribute value other than `Expires` contains `, name=`.
+    static func splitSetCookie(_ joined: String) -> [String] {
+        let bytes = Array(joined.utf8)
+        var cookies: [String] = []
+        var start = 0
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: ","), startsCookie(bytes, at: index + 1) {
+                cookies.append(String(decoding: bytes[start..<index], as: UTF8.self).trimmingWhitespace())
+                start = index + 1
+            }
+            index += 1
+        }
+        cookies.append(String(decoding: bytes[start...], as: UTF8.self).trimmingWhitespace())
+        return cookies.filter { !$0.isEmpty }
+    }
+
+    private static func startsCookie(_ bytes: [UInt8], at offset: Int) -> Bool {
+        var index = offset
+        while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: "\t") { index += 1 }
+        let tokenStart = index
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "="): return index > tokenStart
+            case UInt8(ascii: ";"), UInt8(ascii: ","), UInt8(ascii: " "), UInt8(ascii: "\t"): return false
+            default: index += 1
+            }
+        }
+        return false
+    }
+}
+
+/// The session delegate: collects each task's response and body and completes the waiting
+/// `send` exactly once (success, error, limit, 401 challenge or cancellation, whichever first).
+final class URLSessionUpstreamDelegate: NSObject, URLSessionDataDelegate, Sendable {
+    struct Received: Sendable {
+        var response: HTTPURLResponse
+        var body: ByteBuffer
+    }
+
+    /// One exchange. All state behind a Mutex: delegate callbacks arrive on URLSession's
+    /// queue while cancellation arrives from the awaiting task.
+    final class Exchange: Sendable {
+        struct State {
+            var continuation: CheckedContinuation<Received, any Error>?
+            var result: Result<Received, any Error>?
+            var response: HTTPURLResponse?
+            var body = ByteBuffer()
+        }
+
+        let limit: Int
+        let state = Mutex(State())
+
+        init(limit: Int) { self.limit = limit }
+
+        /// Installs the waiter; returns false when the exchange already finished (cancelled early).
+        func install(_ continuation: CheckedContinuation<Received, any Error>) -> Bool {
+            let finished: Result<Received, any Error>? = state.withLock { state in
+                if let result = state.result { return result }
+                state.continuation = continuation
+                return nil
+            }
+            if let finished {
+                continuation.resume(with: finished)
+                return false
+            }
+            return true
+        }
+
+        /// Completes the exchange once; later calls are ignored.
+        func finish(_ result: Result<Received, any Error>) {
+            let continuation: CheckedContinuation<Received, any Error>? = state.withLock { state in
+                guard state.result == nil else { return nil }
+                state.result = result
+                defer { state.continuation = nil }
+                return state.continuation
+            }
+            continuation?.resume(with: result)
+        }
+
+        /// Completes with what was received so far (used on the 401 challenge and on completion).
+        func finishWithReceived() -> Bool {
+            let received: Received? = state.withLock { state in
+                state.response.map { Received(response: $0, body: state.body) }
+            }
+            guard let received else { return false }
+            finish(.success(received))
+            return true
+        }
+
+        func receive(_ response: HTTPURLResponse) {
+            state.withLock { state in
+                // A redirect we refused or an interim response may come first: the last one wins.
+                state.response = response
+                state.body.clear()
+            }
+        }
+
+        /// Appends body bytes; false once the limit is passed.
+        func receive(_ data: Data) -> Bool {
+            state.withLock { state in
+                guard state.result == nil else { return true }
+                state.body.writeBytes(data)
+                return state.body.readableBytes <= limit
+            }
+        }
+
+        var hasResponse: Bool { state.withLock { $0.response != nil } }
+    }
+
+    private let exchanges = Mutex<[Int: Exchange]>([:])
+
+    func run(_ task: URLSessionDataTask, limit: Int) async throws -> Received {
+        let exchange = Exchange(limit: limit)
+        let id = task.taskIdentifier
+        exchanges.withLock { $0[id] = exchange }
+        defer { _ = exchanges.withLock { $0.removeValue(forKey: id) } }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                if exchange.install(continuation) { task.resume() }
+            }
+        } onCancel: {
+            // Resume now: never wait for URLSession to report the cancellation.
+            exchange.finish(.failure(CancellationError()))
+            task.cancel()
+        }
+    }
+
+    private func exchange(for task: URLSessionTask) -> Exchange? {
+        exchanges.withLock { $0[task.taskIdentifier] }
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        if let http = response as? HTTPURLResponse { exchange(for: dataTask)?.receive(http) }
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        guard let exchange = exchange(for: dataTask) else { return }
+        if !exchange.receive(data) {
+            exchange.finish(.failure(UpstreamError.responseTooLarge(limit: exchange.limit)))
+            dataTask.cancel()
+        }
+    }
+
+    /// A gateway passes redirects through: refuse to follow, the 3xx becomes the response.
+    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+                    newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
+        completionHandler(nil)
+    }
+
+    /// A 401 with a `Basic` challenge hangs the task forever on 6.3.1 once the challenge is
+    /// handled any other way; its head and body have already arrived through the data
+    /// delegate, so complete with them and cancel the challenge (the task ends with -999,
+    /// which the finished exchange ignores).
+    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+                    completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        guard let exchange = exchange(for: task) else {
+            completionHandler(.cancelAuthenticationChallenge, nil)
+            return
+        }
+        if !exchange.finishWithReceived() {
+            exchange.finish(.failure(UpstreamError.protocolError("authentication challenge without a response")))
+        }
+        completionHandler(.cancelAuthenticationChallenge, nil)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        guard let exchange = exchange(for: task) else { return }
+        if let error {
+            exchange.finish(.failure(Self.classify(error, hadResponse: exchange.hasResponse, limit: exchange.limit)))
+        } else if !exchange.finishWithReceived() {
+            exchange.finish(.failure(UpstreamError.protocolError("no response")))
+        }
+    }
+
+    /// URLError → UpstreamError. Only the code is kept: descriptions carry the URL (and its query).
+    static func classify(_ error: any Error, hadResponse: Bool, limit: Int) -> UpstreamError {
+        guard let urlError = error as? URLError else {
+            return hadResponse ? .connectionClosed("transport error") : .connectFailed("transport error")
+        }
+        let detail = "URLError \(urlError.code.rawValue)"
+        switch urlError.code {
+        case .timedOut:
+            return .timeout
+        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed, .notConnectedToInternet, .badURL, .unsupportedURL:
+            return .connectFailed(detail)
+        case .secureConnectionFailed, .serverCertificateUntrusted, .serverCertificateHasBadDate,
+             .serverCertificateNotYetValid, .serverCertificateHasUnknownRoot, .clientCertificateRejected,
+             .clientCertificateRequired:
+            return .tls(detail)
+        case .badServerResponse, .cannotParseResponse, .cannotDecodeRawData, .cannotDecodeContentData:
+            return .protocolError(detail)
+        case .dataLengthExceedsMaximum:
+            return .responseTooLarge(limit: limit)
+        case .unknown where hadResponse:
+            // e.g. curl's "Unrecognized content encoding type".
+            return .protocolError(detail)
+        default:
+            return hadResponse ? .connectionClosed(detail) : .connectFailed(detail)
+        }
+    }
+}

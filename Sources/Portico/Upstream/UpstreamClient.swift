@@ -1,0 +1,23 @@
+import Logging
+
+/// A transport that forwards one request to one upstream and returns its answer.
+///
+/// The request arrives with the route's target already rewritten (`strip_prefix` applied,
+/// raw path and query, never percent-decoded); the client joins it onto the upstream base
+/// URL, applies header hygiene (`ForwardingHeaders`), and enforces the request's deadline.
+/// Failures are thrown as `GatewayError` (mapped from `UpstreamError`) so the chain sees
+/// one error type; task cancellation is rethrown as `CancellationError`.
+public protocol UpstreamClient: Sendable {
+    var config: UpstreamConfig { get }
+    func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
+    /// Cancels in-flight exchanges and releases connections. Call once, after the last `send`.
+    func shutdown() async
+}
+
+/// Builds the configured transport for an upstream.
+public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger) -> any UpstreamClient {
+    switch config.transport {
+    case .urlsession: URLSessionUpstream(config: config, logger: logger)
+    case .nio: NIOUpstream(config: config, logger: logger)
+    }
+}

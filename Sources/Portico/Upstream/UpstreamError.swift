@@ -1,0 +1,33 @@
+/// What went wrong talking to an upstream, before it is mapped to the client-facing
+/// `GatewayError` (status + stable code).
+public enum UpstreamError: Error, Sendable, Equatable {
+    /// No connection: refused, unreachable, name resolution failed.
+    case connectFailed(String)
+    /// The connection could not be established in `connect_timeout`.
+    case connectTimeout
+    /// The exchange did not finish within `min(timeout, request deadline)`.
+    case timeout
+    /// The connection was reset or closed before the response was complete.
+    case connectionClosed(String)
+    /// The response body exceeded `max_response_bytes`.
+    case responseTooLarge(limit: Int)
+    /// The upstream sent something that is not valid HTTP.
+    case protocolError(String)
+    /// TLS handshake or certificate failure.
+    case tls(String)
+
+    /// The error a client sees. Connect/reset/TLS → 502 `upstream_unavailable`;
+    /// timeouts → 504 `upstream_timeout` (like nginx, a connect timeout is a timeout);
+    /// too large → 502 `upstream_response_too_large`; protocol → 502 `upstream_protocol_error`.
+    public func gatewayError(upstream: String) -> GatewayError {
+        switch self {
+        case .connectFailed(let detail): .upstreamUnavailable(upstream, "connect failed: \(detail)")
+        case .connectTimeout: .upstreamTimeout(upstream)
+        case .timeout: .upstreamTimeout(upstream)
+        case .connectionClosed(let detail): .upstreamUnavailable(upstream, "connection closed: \(detail)")
+        case .responseTooLarge(let limit): .upstreamResponseTooLarge(upstream, limit: limit)
+        case .protocolError(let detail): .upstreamProtocolError(upstream, detail)
+        case .tls(let detail): .upstreamUnavailable(upstream, "TLS: \(detail)")
+        }
+    }
+}

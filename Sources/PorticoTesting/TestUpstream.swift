@@ -1,0 +1,306 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Portico
+import Synchronization
+
+/// An in-process HTTP/1.1 upstream on SwiftNIO for tests and `portico demo`, bound to
+/// 127.0.0.1 on an ephemeral port.
+///
+/// Responses are scripted per path (exact path, query ignored) or by a fallback closure; the
+/// default fallback echoes the request. Responses are written as raw bytes, so duplicate
+/// headers, lying `Content-Length`s and abrupt closes are all possible.
+///
+/// ```swift
+/// let upstream = TestUpstream()
+/// upstream.route("/slow") { _ in try await Task.sleep(for: .seconds(1)); return .text("late") }
+/// upstream.route("/gone", .redirect(301, location: "/new"))
+/// try await upstream.start()
+/// defer { Task { await upstream.shutdown() } }
+/// ```
+public final class TestUpstream: Sendable {
+    public typealias Handler = @Sendable (Request) async throws -> Response
+
+    /// A request as received: raw target, ordered headers with duplicates, body bytes.
+    public struct Request: Sendable {
+        public var method: String
+        /// The request target exactly as sent (path and query, not decoded).
+        public var target: String
+        public var version: String
+        public var headers: [(name: String, value: String)]
+        public var body: [UInt8]
+
+        public var path: String {
+            target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
+        }
+        public var query: String? {
+            target.firstIndex(of: "?").map { String(target[target.index(after: $0)...]) }
+        }
+        /// All values of a header, in order (name case-insensitive).
+        public func values(_ name: String) -> [String] {
+            headers.filter { $0.name.lowercased() == name.lowercased() }.map(\.value)
+        }
+    }
+
+    /// What to send back.
+    public struct Response: Sendable {
+        public enum Ending: Sendable {
+            /// Head and body as given (a `Content-Length` is added unless one is present).
+            case complete
+            /// Declare `declaredLength` bytes, send the body, then close the connection.
+            case closeAfterBody(declaredLength: Int)
+            /// Never answer (the connection stays open until the client leaves or shutdown).
+            case never
+        }
+
+        public var status: Int
+        public var reason: String?
+        /// Sent in order; duplicates allowed.
+        public var headers: [(name: String, value: String)]
+        public var body: [UInt8]
+        public var ending: Ending = .complete
+        /// Wait this long before answering.
+        public var delay: Duration?
+
+        public init(status: Int = 200, reason: String? = nil, headers: [(name: String, value: String)] = [],
+                    body: [UInt8] = []) {
+            self.status = status
+            self.reason = reason
+            self.headers = headers
+            self.body = body
+        }
+
+        public init(status: Int = 200, headers: [(name: String, value: String)] = [], body: String) {
+            self.init(status: status, headers: headers, body: Array(body.utf8))
+        }
+
+        public static func text(_ text: String, status: Int = 200) -> Response {
+            Response(status: status, headers: [("Content-Type", "text/plain")], body: text)
+        }
+
+        /// JSON describing the request (see `Echo`).
+        public static func echo(_ request: Request) -> Response {
+            let echo = Echo(request)
+            let data = (try? JSONEncoder().encode(echo)) ?? Data()
+            return Response(status: 200, headers: [("Content-Type", "application/json")], body: Array(data))
+        }
+
+        /// `body` gzip-encoded with `Content-Encoding: gzip` (and the given extra headers).
+        public static func gzip(_ body: [UInt8], headers: [(name: String, value: String)] = []) -> Response {
+            let encoded = (try? Zlib.compress(body, format: .gzip)) ?? []
+            return Response(status: 200, headers: [("Content-Encoding", "gzip")] + headers, body: encoded)
+        }
+
+        public static func redirect(_ status: Int, location: String) -> Response {
+            Response(status: status, headers: [("Location", location)], body: "moved\n")
+        }
+
+        public static var noContent: Response { Response(status: 204) }
+
+        public static func notModified(etag: String) -> Response {
+            Response(status: 304, headers: [("ETag", etag)])
+        }
+
+        /// `401` with `WWW-Authenticate: Basic realm="x"` and a small body.
+        public static func basicChallenge(realm: String = "x") -> Response {
+            Response(status: 401, headers: [("WWW-Authenticate", "Basic realm=\"\(realm)\""),
+                                            ("Content-Type", "text/plain")], body: "unauthorized\n")
+        }
+
+        /// Declares `declaredLength` bytes, sends `body` (shorter), then closes the connection.
+        public static func truncated(declaredLength: Int, body: [UInt8]) -> Response {
+            var response = Response(status: 200, headers: [("Content-Type", "application/octet-stream")], body: body)
+            response.ending = .closeAfterBody(declaredLength: declaredLength)
+            return response
+        }
+
+        public static var never: Response {
+            var response = Response()
+            response.ending = .never
+            return response
+        }
+
+        public func delayed(by duration: Duration) -> Response {
+            var copy = self
+            copy.delay = duration
+            return copy
+        }
+    }
+
+    /// The echo body: `{"method", "target", "version", "headers": [[name, value], …], "body": base64}`.
+    public struct Echo: Codable, Sendable {
+        public var method: String
+        public var target: String
+        public var version: String
+        public var headers: [[String]]
+        public var body: String
+
+        public init(_ request: Request) {
+            method = request.method
+            target = request.target
+            version = request.version
+            headers = request.headers.map { [$0.name, $0.value] }
+            body = Data(request.body).base64EncodedString()
+        }
+
+        public static func decode(_ bytes: some Sequence<UInt8>) throws -> Echo {
+            try JSONDecoder().decode(Echo.self, from: Data(bytes))
+        }
+
+        public var bodyBytes: [UInt8] { Array(Data(base64Encoded: body) ?? Data()) }
+
+        /// All values of a header, in order (name case-insensitive).
+        public func values(_ name: String) -> [String] {
+            headers.filter { $0.first?.lowercased() == name.lowercased() }.map { $0.count > 1 ? $0[1] : "" }
+        }
+
+        /// Header names in order, lowercased.
+        public var headerNames: [String] { headers.compactMap { $0.first?.lowercased() } }
+    }
+
+    private typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>
+    private typealias Server = NIOAsyncChannel<Connection, Never>
+
+    private struct State {
+        var routes: [String: Handler] = [:]
+        var hits: [String: Int] = [:]
+        var port: Int = 0
+        var server: Server?
+        var task: Task<Void, Never>?
+    }
+
+    private let fallback: Handler
+    private let state = Mutex(State())
+
+    /// `handler` answers paths without a route (default: echo).
+    public init(handler: Handler? = nil) {
+        fallback = handler ?? { .echo($0) }
+    }
+
+    /// Scripts `path` with a closure (it may await: delays, gates).
+    public func route(_ path: String, _ handler: @escaping Handler) {
+        state.withLock { $0.routes[path] = handler }
+    }
+
+    /// Scripts `path` with a fixed response.
+    public func route(_ path: String, _ response: Response) {
+        route(path) { _ in response }
+    }
+
+    /// Requests received for `path` (query ignored).
+    public func hits(_ path: String) -> Int {
+        state.withLock { $0.hits[path] ?? 0 }
+    }
+
+    public var totalHits: Int { state.withLock { $0.hits.values.reduce(0, +) } }
+
+    /// The bound port (0 before `start()`).
+    public var port: Int { state.withLock { $0.port } }
+
+    /// `http://127.0.0.1:PORT`
+    public var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
+
+    public func start() async throws {
+        let server: Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .bind(host: "127.0.0.1", port: 0) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+                    return try Connection(wrappingChannelSynchronously: channel)
+                }
+            }
+        let port = server.channel.localAddress?.port ?? 0
+        let task = Task<Void, Never> { [self] in
+            _ = try? await server.executeThenClose { inbound in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await connection in inbound {
+                        group.addTask { await self.serve(connection) }
+                    }
+                }
+            }
+        }
+        state.withLock {
+            $0.port = port
+            $0.server = server
+            $0.task = task
+        }
+    }
+
+    /// Closes the listener and every connection, including ones waiting in `never`.
+    public func shutdown() async {
+        let (server, task) = state.withLock { ($0.server, $0.task) }
+        try? await server?.channel.close()
+        task?.cancel()
+        await task?.value
+    }
+
+    private func serve(_ connection: Connection) async {
+        try? await connection.executeThenClose { inbound, outbound in
+            var head: HTTPRequestHead?
+            var body: [UInt8] = []
+            for try await part in inbound {
+                switch part {
+                case .head(let h):
+                    head = h
+                    body = []
+                case .body(let buffer):
+                    body.append(contentsOf: buffer.readableBytesView)
+                case .end:
+                    guard let h = head else { continue }
+                    head = nil
+                    let request = Request(method: h.method.rawValue, target: h.uri,
+                                          version: "HTTP/\(h.version.major).\(h.version.minor)",
+                                          headers: h.headers.map { ($0.name, $0.value) }, body: body)
+                    let response = await answer(request)
+                    if let delay = response.delay { try await Task.sleep(for: delay) }
+                    if case .never = response.ending {
+                        while true { try await Task.sleep(for: .seconds(3600)) }
+                    }
+                    try await outbound.write(Self.serialize(response, for: request))
+                    if case .closeAfterBody = response.ending { return }
+                    if !h.isKeepAlive { return }
+                }
+            }
+        }
+    }
+
+    private func answer(_ request: Request) async -> Response {
+        let handler: Handler = state.withLock { state in
+            state.hits[request.path, default: 0] += 1
+            return state.routes[request.path] ?? fallback
+        }
+        do {
+            return try await handler(request)
+        } catch {
+            return Response(status: 500, headers: [("Content-Type", "text/plain")], body: "handler failed: \(error)\n")
+        }
+    }
+
+    static func serialize(_ response: Response, for request: Request) -> ByteBuffer {
+        var out = ByteBuffer()
+        let reason = response.reason ?? HTTPResponseStatus(statusCode: response.status).reasonPhrase
+        out.writeString("HTTP/1.1 \(response.status) \(reason)\r\n")
+        let bodiless = response.status < 200 || response.status == 204 || response.status == 304
+        let framed = response.headers.contains {
+            let name = $0.name.lowercased()
+            return name == "content-length" || name == "transfer-encoding"
+        }
+        for (name, value) in response.headers {
+            out.writeString("\(name): \(value)\r\n")
+        }
+        if case .closeAfterBody(let declared) = response.ending {
+            out.writeString("Content-Length: \(declared)\r\n")
+        } else if !framed && !bodiless {
+            out.writeString("Content-Length: \(response.body.count)\r\n")
+        }
+        out.writeString("\r\n")
+        if request.method != "HEAD" && !bodiless {
+            out.writeBytes(response.body)
+        }
+        return out
+    }
+}

@@ -1,0 +1,96 @@
+import Testing
+import Foundation
+import HTTPTypes
+import Logging
+import NIOCore
+import Portico
+import PorticoTesting
+
+typealias Transport = UpstreamConfig.Transport
+
+enum Fixture {
+    static let logger = Logger(label: "portico.tests.upstream")
+
+    static func context(deadlineIn duration: Duration = .seconds(30)) -> RequestContext {
+        RequestContext(requestID: "test-\(RequestID.generate())", route: "test", upstream: "test",
+                       deadline: ContinuousClock.now.advanced(by: duration), logger: logger, clock: SystemClock())
+    }
+
+    static func request(_ method: HTTPRequest.Method = .get, _ target: String = "/echo",
+                        headers: [(String, String)] = [], body: [UInt8] = [],
+                        authority: String? = "client.example", clientAddress: String = "203.0.113.7") -> GatewayRequest {
+        var fields = HTTPFields()
+        for (name, value) in headers { fields.append(HTTPField(name: HTTPField.Name(name)!, value: value)) }
+        let head = HTTPRequest(method: method, scheme: "http", authority: authority, path: target, headerFields: fields)
+        return GatewayRequest(head: head, body: Body(bytes: body), clientAddress: clientAddress)
+    }
+
+    /// Starts a TestUpstream, scripts it, builds a client for `transport`, runs `body`, tears both down.
+    static func withUpstream<T>(
+        _ transport: Transport,
+        basePath: String = "",
+        configure: (inout UpstreamConfig) -> Void = { _ in },
+        script: (TestUpstream) -> Void = { _ in },
+        _ body: (TestUpstream, any UpstreamClient) async throws -> T
+    ) async throws -> T {
+        let upstream = TestUpstream()
+        script(upstream)
+        try await upstream.start()
+        var config = UpstreamConfig(name: "test", url: URL(string: "http://127.0.0.1:\(upstream.port)\(basePath)")!)
+        config.transport = transport
+        configure(&config)
+        let client = makeUpstreamClient(config, logger: logger)
+        do {
+            let result = try await body(upstream, client)
+            await client.shutdown()
+            await upstream.shutdown()
+            return result
+        } catch {
+            await client.shutdown()
+            await upstream.shutdown()
+            throw error
+        }
+    }
+
+    static func randomBytes(_ count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        var bytes = [UInt8](repeating: 0, count: count)
+        var index = 0
+        while index < count {
+            var word = generator.next() as UInt64
+            for _ in 0..<8 where index < count {
+                bytes[index] = UInt8(truncatingIfNeeded: word)
+                word >>= 8
+                index += 1
+            }
+        }
+        return bytes
+    }
+
+    /// Runs `operation` expecting a GatewayError; returns it and how long it took.
+    static func expectGatewayError(
+        _ operation: () async throws -> GatewayResponse
+    ) async -> (error: GatewayError?, elapsed: Duration) {
+        let start = ContinuousClock.now
+        do {
+            let response = try await operation()
+            Issue.record("expected an error, got \(response.status)")
+            return (nil, start.duration(to: .now))
+        } catch let error as GatewayError {
+            return (error, start.duration(to: .now))
+        } catch {
+            Issue.record("expected a GatewayError, got \(error)")
+            return (nil, start.duration(to: .now))
+        }
+    }
+}
+
+extension GatewayResponse {
+    func values(_ name: String) -> [String] {
+        headerFields[values: HTTPField.Name(name)!]
+    }
+    func echo() throws -> TestUpstream.Echo {
+        try TestUpstream.Echo.decode(body.bytes)
+    }
+}
+
