@@ -63,7 +63,7 @@ struct Demo: AsyncParsableCommand {
         let config: PorticoConfig
         do {
             config = try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
-        } catch let error as ConfigError {
+        } catch {
             FileHandle.standardError.write(Data("embedded demo configuration: \(error.description)\n".utf8))
             throw ExitCode(1)
         }

@@ -28,7 +28,7 @@ struct Run: AsyncParsableCommand {
         let config: PorticoConfig
         do {
             config = try ConfigLoader.load(file: options.config)
-        } catch let error as ConfigError {
+        } catch {
             FileHandle.standardError.write(Data("\(error.description)\n".utf8))
             throw ExitCode(1)
         }
@@ -48,7 +48,7 @@ struct Check: AsyncParsableCommand {
         let config: PorticoConfig
         do {
             config = try ConfigLoader.load(file: options.config)
-        } catch let error as ConfigError {
+        } catch {
             FileHandle.standardError.write(Data("\(error.description)\n".utf8))
             throw ExitCode(1)
         }

@@ -20,7 +20,7 @@ extension GatewayRequest {
             guard HTTPField.isValidValue(value) else {
                 throw .badRequest("invalid characters in header field \(fieldName.canonicalName)")
             }
-            if fieldName == .host {
+            if fieldName.canonicalName == "host" {
                 hostCount += 1
                 host = value
             }

@@ -25,8 +25,16 @@ public struct StructuredLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
+    public func log(event: LogEvent) {
+        log(level: event.level, message: event.message, metadata: event.metadata)
+    }
+
     public func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?,
                     source: String, file: String, function: String, line: UInt) {
+        log(level: level, message: message, metadata: explicit)
+    }
+
+    private func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?) {
         var fields: [(String, String)] = [("ts", Self.timestamp()), ("level", level.rawValue), ("msg", message.description)]
         var merged = self.metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
