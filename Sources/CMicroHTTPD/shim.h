@@ -66,6 +66,9 @@ struct portico_mhd_config {
 static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_config *c) {
     struct MHD_OptionItem opts[20];
     int n = 0;
+    /* The logger must come first, or MHD reports option errors on stderr before it is set. */
+    if (c->log_target != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)&portico_mhd_log_trampoline, c->log_target };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_LIMIT, c->connection_limit, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_TIMEOUT, c->connection_timeout_seconds, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->connection_memory_limit, NULL };
@@ -83,8 +86,6 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)c->connection_callback, c->connection_context };
     if (c->listen_backlog > 0)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTEN_BACKLOG_SIZE, c->listen_backlog, NULL };
-    if (c->log_target != NULL)
-        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)&portico_mhd_log_trampoline, c->log_target };
     if (c->tls_cert_pem != NULL && c->tls_key_pem != NULL) {
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem };
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem };

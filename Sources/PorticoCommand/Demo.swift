@@ -70,7 +70,7 @@ struct Demo: AsyncParsableCommand {
         Bootstrap.logging(config.logging)
         let logger = Logger(label: "portico")
         try await Serve.run(config: config, file: nil, logger: logger) { port in
-            print("""
+            let banner = """
 
             Portico demo: gateway on http://127.0.0.1:\(port), demo upstream on 127.0.0.1:\(upstreamPort).
             Try:
@@ -83,7 +83,9 @@ struct Demo: AsyncParsableCommand {
               curl -i http://127.0.0.1:\(port)/nowhere                              (JSON 404 with a request id)
             Ctrl-C drains and stops.
 
-            """)
+
+            """
+            FileHandle.standardOutput.write(Data(banner.utf8))
         }
         await upstream.stop()
     }

@@ -14,32 +14,40 @@ public final class GatewayRuntime: Sendable {
 
     public init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock()) throws {
         self.config = config
-        var upstreams: [String: any UpstreamClient] = [:]
-        for (name, upstream) in config.upstreams {
-            upstreams[name] = makeUpstreamClient(upstream, logger: logger)
-        }
+        // Everything that can fail comes first: upstream clients own connection pools that must
+        // be shut down, so they are only made once nothing else can throw.
         var middleware: [String: any Middleware] = [:]
         for (name, settings) in config.middleware {
             middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock)
         }
-        var routes: [Route] = []
+        var chains: [[any Middleware]] = []
         for route in config.routes {
             let names = route.middleware ?? config.defaults.middleware
-            let chain = try names.map { name in
+            chains.append(try names.map { name in
                 guard let instance = middleware[name] else {
                     throw BuildError(description: "route \(route.name): unknown middleware \"\(name)\"")
                 }
                 return instance
+            })
+            if route.direct == nil {
+                guard let upstream = route.upstream, config.upstreams[upstream] != nil else {
+                    throw BuildError(description: "route \(route.name): no upstream or direct response")
+                }
             }
+        }
+
+        var upstreams: [String: any UpstreamClient] = [:]
+        for (name, upstream) in config.upstreams {
+            upstreams[name] = makeUpstreamClient(upstream, logger: logger)
+        }
+        var routes: [Route] = []
+        for (route, chain) in zip(config.routes, chains) {
             let matcher = Route.Matcher(path: route.match.path, pathPrefix: route.match.pathPrefix,
                                         host: route.match.host, methods: route.match.methods)
-            let endpoint: any Responder
-            if let direct = route.direct {
-                endpoint = DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
-            } else if let upstreamName = route.upstream, let client = upstreams[upstreamName] {
-                endpoint = UpstreamEndpoint(client: client)
+            let endpoint: any Responder = if let direct = route.direct {
+                DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
             } else {
-                throw BuildError(description: "route \(route.name): no upstream or direct response")
+                UpstreamEndpoint(client: upstreams[route.upstream!]!)
             }
             var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
                               upstream: route.upstream, timeout: route.timeout, responder: endpoint)
