@@ -11,11 +11,14 @@ public final class Gateway: Sendable {
     private let draining = Atomic<Bool>(false)
     let logger: Logger
     let clock: any GatewayClock
+    let metrics: GatewayMetrics
 
-    public init(runtime: GatewayRuntime, logger: Logger, clock: any GatewayClock = SystemClock()) {
+    public init(runtime: GatewayRuntime, logger: Logger, clock: any GatewayClock = SystemClock(),
+                metrics: GatewayMetrics = GatewayMetrics()) {
         self.runtime = Mutex(runtime)
         self.logger = logger
         self.clock = clock
+        self.metrics = metrics
     }
 
     /// The runtime new requests use.
@@ -35,6 +38,16 @@ public final class Gateway: Sendable {
     public func beginDraining() { draining.store(true, ordering: .relaxed) }
 
     public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
+        let start = ContinuousClock.now
+        metrics.requestStarted()
+        var route: String?
+        let response = await respond(to: serverRequest, route: &route)
+        metrics.requestFinished(route: route, method: serverRequest.method, code: response.status,
+                                duration: start.duration(to: .now))
+        return response
+    }
+
+    private func respond(to serverRequest: ServerRequest, route routeName: inout String?) async -> ServerResponse {
         let runtime = current
         let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
             ?? RequestID.generate()
@@ -64,6 +77,7 @@ public final class Gateway: Sendable {
 
         var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
         if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }
+        routeName = route.name
         logger[metadataKey: "route"] = .string(route.name)
         let context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,
                                      deadline: deadline, logger: logger, clock: clock)

@@ -10,10 +10,16 @@ public final class GatewayServer: Sendable {
     private let clock: any GatewayClock
     private let listen: ListenConfig
     private let state: Mutex<(config: PorticoConfig, draining: Bool)>
+    public let metrics: GatewayMetrics
+    /// The file the configuration came from; `nil` for an embedded configuration (no reload).
+    public let configFile: String?
 
-    public init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock()) throws {
+    public init(config: PorticoConfig, configFile: String? = nil, logger: Logger, clock: any GatewayClock = SystemClock(),
+                metrics: GatewayMetrics = GatewayMetrics()) throws {
         let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock)
-        let gateway = Gateway(runtime: runtime, logger: logger, clock: clock)
+        let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics)
+        self.metrics = metrics
+        self.configFile = configFile
         self.gateway = gateway
         self.logger = logger
         self.clock = clock
@@ -58,6 +64,31 @@ public final class GatewayServer: Sendable {
     public var inFlightRequests: Int { server.inFlightRequests }
     public var config: PorticoConfig { state.withLock { $0.config } }
     public var isDraining: Bool { state.withLock { $0.draining } }
+
+    /// Why a reload was refused.
+    public struct ReloadError: Error, CustomStringConvertible {
+        public var messages: [String]
+        public var description: String { messages.joined(separator: "\n") }
+    }
+
+    /// Re-reads the configuration file and swaps it in; on any error the current one keeps serving.
+    public func reloadFromFile() throws(ReloadError) {
+        guard let configFile else {
+            throw ReloadError(messages: ["this configuration is embedded: there is no file to reload"])
+        }
+        do {
+            let config = try ConfigLoader.load(file: configFile)
+            try reload(config)
+            metrics.configReloaded(result: "success")
+            logger.info("configuration reloaded", metadata: ["file": .string(configFile)])
+        } catch {
+            metrics.configReloaded(result: "failure")
+            let messages = (error as? ConfigError)?.diagnostics.map(\.description) ?? [String(describing: error)]
+            logger.error("configuration rejected; the previous one keeps serving",
+                         metadata: ["file": .string(configFile), "errors": .array(messages.map { .string($0) })])
+            throw ReloadError(messages: messages)
+        }
+    }
 
     /// Builds a runtime from `config` and swaps it in; the old one is released once its
     /// in-flight requests have had their request timeout to finish. Listener settings need a restart.

@@ -1,0 +1,74 @@
+import CoreMetrics
+import HTTPTypes
+import Metrics
+import Synchronization
+
+/// The gateway's own request metrics, recorded for every request outside the chain.
+/// Handles are cached per label set so the hot path does one dictionary lookup under a lock,
+/// never a factory call. Labels stay bounded: route names come from configuration (unmatched
+/// requests are `route=""`), non-standard methods are `OTHER`, codes are 100–599.
+public final class GatewayMetrics: Sendable {
+    struct Key: Hashable {
+        var route: String
+        var method: String
+        var code: Int
+    }
+
+    struct Handles {
+        var requests: Counter
+        var duration: Metrics.Timer
+    }
+
+    private let factory: any MetricsFactory
+    private let handles = Mutex<[Key: Handles]>([:])
+    private let inFlight: Meter
+    private let reloads: Mutex<[String: Counter]> = Mutex([:])
+
+    public static let requestDurationBuckets: [Duration] = [
+        .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
+        .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),
+        .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30), .seconds(60),
+    ]
+
+    public init(factory: any MetricsFactory = MetricsSystem.factory) {
+        self.factory = factory
+        inFlight = Meter(label: "portico_in_flight_requests", dimensions: [], factory: factory)
+        Gauge(label: "portico_build_info", dimensions: [("version", PorticoVersion.string)], factory: factory).record(1)
+    }
+
+    static let standardMethods: Set<String> = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"]
+
+    func requestStarted() { inFlight.increment() }
+
+    func requestFinished(route: String?, method: String, code: Int, duration: Duration) {
+        inFlight.decrement()
+        let key = Key(route: route ?? "", method: Self.standardMethods.contains(method) ? method : "OTHER",
+                      code: (100...599).contains(code) ? code : 0)
+        let handle = handles.withLock { handles in
+            if let existing = handles[key] { return existing }
+            let dimensions = [("route", key.route), ("method", key.method)]
+            let created = Handles(
+                requests: Counter(label: "portico_requests_total", dimensions: dimensions + [("code", String(key.code))], factory: factory),
+                duration: Metrics.Timer(label: "portico_request_duration_seconds", dimensions: dimensions, factory: factory))
+            handles[key] = created
+            return created
+        }
+        handle.requests.increment()
+        handle.duration.recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// `result` is `success` or `failure`.
+    public func configReloaded(result: String) {
+        reloads.withLock { counters in
+            if counters[result] == nil {
+                counters[result] = Counter(label: "portico_config_reloads_total", dimensions: [("result", result)], factory: factory)
+            }
+            return counters[result]!
+        }.increment()
+    }
+
+    static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}
