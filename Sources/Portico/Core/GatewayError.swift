@@ -68,6 +68,10 @@ extension GatewayError {
         GatewayError(status: .gatewayTimeout, code: "upstream_timeout",
                      message: "upstream \(upstream) did not answer within the deadline")
     }
+    public static func upstreamConnectTimeout(_ upstream: String) -> GatewayError {
+        GatewayError(status: .gatewayTimeout, code: "upstream_timeout",
+                     message: "upstream \(upstream): no connection within the connect timeout")
+    }
     public static func upstreamResponseTooLarge(_ upstream: String, limit: Int) -> GatewayError {
         GatewayError(status: .badGateway, code: "upstream_response_too_large",
                      message: "upstream \(upstream) sent a body over the limit of \(limit) bytes")

@@ -38,7 +38,7 @@ public enum ForwardingHeaders {
         upstreamHost: String, preserveHost: Bool, proto: String = "http"
     ) -> HTTPFields {
         var out = removingHopByHop(fields)
-        let clientHost = out[host] ?? authority
+        let clientHost = out.first(where: { $0.name == host })?.value ?? authority
         let sentHost = preserveHost ? (clientHost ?? upstreamHost) : upstreamHost
 
         // Exactly one Host, where the client had it (first otherwise, as HTTP/1.1 clients send it).

@@ -26,6 +26,8 @@ final class NIOUpstream: UpstreamClient {
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
         configuration.httpVersion = .http1Only
+        // AsyncHTTPClient also bounds the wait for a free pooled connection by `connect`: a burst
+        // larger than `max_connections` that waits longer than `connect_timeout` fails with 504.
         configuration.timeout = .init(connect: TimeAmount(config.connectTimeout), read: TimeAmount(config.timeout))
         configuration.connectionPool = .init(idleTimeout: .seconds(60),
                                              concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections))

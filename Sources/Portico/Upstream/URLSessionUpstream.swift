@@ -307,6 +307,16 @@ final class URLSessionUpstreamDelegate: NSObject, URLSessionDataDelegate, Sendab
         }
 
         var hasResponse: Bool { state.withLock { $0.response != nil } }
+
+        /// Fewer body bytes than an unencoded response's `Content-Length` announced.
+        var isTruncated: Bool {
+            state.withLock { state in
+                guard let response = state.response, response.value(forHTTPHeaderField: "Content-Encoding") == nil,
+                      let declared = response.value(forHTTPHeaderField: "Content-Length").flatMap({ Int($0) })
+                else { return false }
+                return state.body.readableBytes < declared
+            }
+        }
     }
 
     private let exchanges = Mutex<[Int: Exchange]>([:])
@@ -370,6 +380,11 @@ final class URLSessionUpstreamDelegate: NSObject, URLSessionDataDelegate, Sendab
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         guard let exchange = exchange(for: task) else { return }
         if let error {
+            // curl's "partial file" (closed mid-body) arrives as URLError -1 (unknown).
+            if exchange.isTruncated {
+                exchange.finish(.failure(UpstreamError.connectionClosed("closed before the body was complete")))
+                return
+            }
             exchange.finish(.failure(Self.classify(error, hadResponse: exchange.hasResponse, limit: exchange.limit)))
         } else if !exchange.finishWithReceived() {
             exchange.finish(.failure(UpstreamError.protocolError("no response")))

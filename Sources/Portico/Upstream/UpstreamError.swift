@@ -3,7 +3,8 @@
 public enum UpstreamError: Error, Sendable, Equatable {
     /// No connection: refused, unreachable, name resolution failed.
     case connectFailed(String)
-    /// The connection could not be established in `connect_timeout`.
+    /// No connection within `connect_timeout`: connecting took too long, or (nio) every pooled
+    /// connection stayed busy that long.
     case connectTimeout
     /// The exchange did not finish within `min(timeout, request deadline)`.
     case timeout
@@ -22,7 +23,7 @@ public enum UpstreamError: Error, Sendable, Equatable {
     public func gatewayError(upstream: String) -> GatewayError {
         switch self {
         case .connectFailed(let detail): .upstreamUnavailable(upstream, "connect failed: \(detail)")
-        case .connectTimeout: .upstreamTimeout(upstream)
+        case .connectTimeout: .upstreamConnectTimeout(upstream)
         case .timeout: .upstreamTimeout(upstream)
         case .connectionClosed(let detail): .upstreamUnavailable(upstream, "connection closed: \(detail)")
         case .responseTooLarge(let limit): .upstreamResponseTooLarge(upstream, limit: limit)

@@ -283,7 +283,7 @@ import Testing
                 try await client.send(Fixture.request(.get, "/cut"), context: Fixture.context())
             }
             #expect(error?.status == .badGateway)
-            #expect(error?.code == "upstream_unavailable" || error?.code == "upstream_protocol_error")
+            #expect(error?.code == "upstream_unavailable")
             #expect(elapsed < .seconds(10))
         }
     }
@@ -324,7 +324,12 @@ import Testing
 
     @Test(arguments: transports)
     func concurrentRequestsGetTheirOwnAnswers(transport: Transport) async throws {
-        try await Fixture.withUpstream(transport, configure: { $0.maxConnections = 32 }) { upstream, client in
+        // AsyncHTTPClient bounds the wait for a pooled connection by the connect timeout: with 200
+        // requests queued on 32 connections a loaded machine can exceed the 2 s default.
+        try await Fixture.withUpstream(transport, configure: {
+            $0.maxConnections = 32
+            $0.connectTimeout = .seconds(30)
+        }) { upstream, client in
             let mismatches = try await withThrowingTaskGroup(of: Int.self) { group in
                 for index in 0..<200 {
                     group.addTask {
