@@ -11,6 +11,9 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "Port for the gateway.")
     var port: Int = 8080
 
+    @Option(help: "Port for the admin listener (/metrics, /healthz, /readyz).")
+    var adminPort: Int = 9901
+
     /// The embedded configuration. It goes through the same loader as a file, with the demo
     /// upstream's port interpolated from the environment.
     static let yaml = """
@@ -20,7 +23,8 @@ struct Demo: AsyncParsableCommand {
       port: ${DEMO_PORT}
       request_timeout: 10s
     admin:
-      enabled: false
+      address: 127.0.0.1
+      port: ${DEMO_ADMIN_PORT}
     logging:
       level: info
       format: logfmt
@@ -60,6 +64,7 @@ struct Demo: AsyncParsableCommand {
         var environment = ProcessInfo.processInfo.environment
         environment["DEMO_PORT"] = String(port)
         environment["DEMO_UPSTREAM_PORT"] = String(upstreamPort)
+        environment["DEMO_ADMIN_PORT"] = String(adminPort)
         let config: PorticoConfig
         do {
             config = try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
@@ -68,8 +73,9 @@ struct Demo: AsyncParsableCommand {
             throw ExitCode(1)
         }
         Bootstrap.logging(config.logging)
+        let registry = Bootstrap.metrics()
         let logger = Logger(label: "portico")
-        try await Serve.run(config: config, file: nil, logger: logger) { port in
+        try await Serve.run(config: config, file: nil, logger: logger, registry: registry) { port in
             let banner = """
 
             Portico demo: gateway on http://127.0.0.1:\(port), demo upstream on 127.0.0.1:\(upstreamPort).
@@ -81,6 +87,7 @@ struct Demo: AsyncParsableCommand {
               curl -i 'http://127.0.0.1:\(port)/echo/anything?token=secret&page=2'   (see the token redacted in the access log)
               curl -i http://127.0.0.1:\(port)/fast/orders/1                       (same upstream over the NIO transport)
               curl -i http://127.0.0.1:\(port)/nowhere                              (JSON 404 with a request id)
+              curl -s http://127.0.0.1:\(adminPort)/metrics | grep portico_requests_total
             Ctrl-C drains and stops.
 
 

@@ -1,7 +1,9 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Metrics
 import Portico
+import Prometheus
 
 @main
 struct PorticoCommand: AsyncParsableCommand {
@@ -33,8 +35,9 @@ struct Run: AsyncParsableCommand {
             throw ExitCode(1)
         }
         Bootstrap.logging(config.logging)
+        let registry = Bootstrap.metrics()
         let logger = Logger(label: "portico")
-        try await Serve.run(config: config, file: options.config, logger: logger)
+        try await Serve.run(config: config, file: options.config, logger: logger, registry: registry)
     }
 }
 
@@ -73,6 +76,16 @@ struct Version: ParsableCommand {
 }
 
 enum Bootstrap {
+    /// swift-metrics is bootstrapped exactly once, here, with the Prometheus backend; the
+    /// registry is what the admin listener's /metrics renders.
+    static func metrics() -> PrometheusCollectorRegistry {
+        let registry = PrometheusCollectorRegistry()
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = GatewayMetrics.requestDurationBuckets
+        MetricsSystem.bootstrap(factory)
+        return registry
+    }
+
     /// swift-log is bootstrapped exactly once, here, from the configuration's logging section.
     static func logging(_ settings: LoggingConfig) {
         LoggingSystem.bootstrap { label in

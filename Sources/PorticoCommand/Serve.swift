@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Logging
 import Portico
+import Prometheus
 
 #if canImport(Glibc)
 import Glibc
@@ -10,12 +11,21 @@ import Glibc
 
 /// Runs a gateway until SIGINT or SIGTERM; SIGHUP reloads the configuration file.
 enum Serve {
-    static func run(config: PorticoConfig, file: String?, logger: Logger,
+    static func run(config: PorticoConfig, file: String?, logger: Logger, registry: PrometheusCollectorRegistry,
                     onStart: (UInt16) async throws -> Void = { _ in }) async throws {
         let server: GatewayServer
+        var admin: AdminServer?
         do {
-            server = try GatewayServer(config: config, logger: logger)
+            server = try GatewayServer(config: config, configFile: file, logger: logger)
             try server.start()
+            if config.admin.enabled {
+                let adminServer = AdminServer(config: config.admin, gateway: server, logger: logger) {
+                    registry.emitToBuffer()
+                }
+                let port = try adminServer.start()
+                logger.info("admin listening", metadata: ["address": .string(config.admin.address), "port": .stringConvertible(port)])
+                admin = adminServer
+            }
         } catch {
             logger.critical("cannot start", metadata: ["error": .string(String(describing: error))])
             throw ExitCode(1)
@@ -24,30 +34,15 @@ enum Serve {
         for await signal in Signals.stream([SIGINT, SIGTERM, SIGHUP]) {
             switch signal {
             case SIGHUP:
-                guard let file else {
-                    logger.notice("SIGHUP ignored: this configuration is embedded")
-                    continue
-                }
-                reload(server, from: file, logger: logger)
+                // Errors are logged by the server; the old configuration keeps serving.
+                try? server.reloadFromFile()
             default:
                 logger.info("shutting down", metadata: ["signal": .stringConvertible(signal)])
+                // /readyz turns 503 at once; the admin listener stays up until the proxy has drained.
                 await server.shutdown()
+                await admin?.stop()
                 return
             }
-        }
-    }
-
-    static func reload(_ server: GatewayServer, from file: String, logger: Logger) {
-        do {
-            let config = try ConfigLoader.load(file: file)
-            try server.reload(config)
-            logger.info("configuration reloaded", metadata: ["file": .string(file)])
-        } catch let error as ConfigError {
-            logger.error("configuration rejected; the previous one keeps serving",
-                         metadata: ["file": .string(file), "errors": .array(error.diagnostics.map { .string($0.description) })])
-        } catch {
-            logger.error("configuration rejected; the previous one keeps serving",
-                         metadata: ["file": .string(file), "error": .string(String(describing: error))])
         }
     }
 }
