@@ -5,13 +5,14 @@ import Glibc
 #endif
 
 /// A raw TCP client for tests that must control every byte (pipelining, malformed requests,
-/// half-sent heads). Blocking socket calls run on Dispatch's threads, never on the Swift
-/// concurrency pool, so a test waiting on a socket cannot starve the server's handlers.
+/// half-sent heads). Each blocking socket call runs on a thread of its own — never on the Swift
+/// concurrency pool and never on libdispatch's workers, which FoundationNetworking's URLSession
+/// needs: hundreds of blocked reads there would starve the gateway's upstream calls.
 public final class RawHTTPConnection: @unchecked Sendable {
-    // @unchecked: `fd` and `buffer` are only touched inside `queue`'s serial blocks.
+    // @unchecked: `fd` and `buffer` are only touched under `lock`, one operation at a time.
     private var fd: Int32
     private var buffer: [UInt8] = []
-    private let queue = DispatchQueue(label: "portico.raw-http")
+    private let lock = NSLock()
 
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
@@ -45,9 +46,14 @@ public final class RawHTTPConnection: @unchecked Sendable {
 
     private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result { try body() })
+            let thread = Thread { [lock] in
+                lock.lock()
+                let result = Result { try body() }
+                lock.unlock()
+                continuation.resume(with: result)
             }
+            thread.stackSize = 256 * 1024
+            thread.start()
         }
     }
 
@@ -68,7 +74,9 @@ public final class RawHTTPConnection: @unchecked Sendable {
 
     /// Closes the sending side (the server sees end of input).
     public func shutdownWrite() {
-        queue.sync { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+        lock.lock()
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        lock.unlock()
     }
 
     /// Reads one complete response (Content-Length or chunked framing; HEAD/204/304 have no body).

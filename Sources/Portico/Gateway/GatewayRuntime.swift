@@ -37,8 +37,10 @@ public final class GatewayRuntime: Sendable {
         }
 
         var upstreams: [String: any UpstreamClient] = [:]
+        var upstreamMetrics: [String: UpstreamMetrics] = [:]
         for (name, upstream) in config.upstreams {
             upstreams[name] = makeUpstreamClient(upstream, logger: logger)
+            upstreamMetrics[name] = UpstreamMetrics(upstream: name)
         }
         var routes: [Route] = []
         for (route, chain) in zip(config.routes, chains) {
@@ -47,7 +49,7 @@ public final class GatewayRuntime: Sendable {
             let endpoint: any Responder = if let direct = route.direct {
                 DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
             } else {
-                UpstreamEndpoint(client: upstreams[route.upstream!]!)
+                UpstreamEndpoint(client: upstreams[route.upstream!]!, metrics: upstreamMetrics[route.upstream!])
             }
             var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
                               upstream: route.upstream, timeout: route.timeout, responder: endpoint)

@@ -1,21 +1,66 @@
+import Metrics
+import Synchronization
+
 /// The endpoint of a proxied route: forwards to an upstream and records the time spent and
 /// the attempt for the access log and metrics (also when the attempt fails).
 public struct UpstreamEndpoint: Responder {
     public let client: any UpstreamClient
+    private let metrics: UpstreamMetrics
 
-    public init(client: any UpstreamClient) {
+    public init(client: any UpstreamClient, metrics: UpstreamMetrics? = nil) {
         self.client = client
+        self.metrics = metrics ?? UpstreamMetrics(upstream: client.config.name)
     }
 
     public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         let start = context.clock.now
+        var failure: String?
         defer {
             let elapsed = start.duration(to: context.clock.now)
             context.stats.update { stats in
                 stats.upstreamDuration += elapsed
                 stats.attempts += 1
             }
+            metrics.record(elapsed, failure: failure)
         }
-        return try await client.send(request, context: context)
+        do {
+            return try await client.send(request, context: context)
+        } catch let error as GatewayError {
+            failure = error.code
+            throw error
+        } catch is CancellationError {
+            failure = "cancelled"
+            throw CancellationError()
+        } catch {
+            failure = "other"
+            throw error
+        }
+    }
+}
+
+/// Per-upstream metric handles, made once when the runtime is built:
+/// `portico_upstream_request_duration_seconds{upstream}` and
+/// `portico_upstream_errors_total{upstream,kind}` (kind: the error code, a fixed small set).
+public final class UpstreamMetrics: Sendable {
+    private let duration: Metrics.Timer
+    private let upstream: String
+    private let factory: any MetricsFactory
+    private let errors = Mutex<[String: Counter]>([:])
+
+    public init(upstream: String, factory: any MetricsFactory = MetricsSystem.factory) {
+        self.upstream = upstream
+        self.factory = factory
+        duration = Metrics.Timer(label: "portico_upstream_request_duration_seconds", dimensions: [("upstream", upstream)], factory: factory)
+    }
+
+    func record(_ elapsed: Duration, failure: String?) {
+        duration.recordNanoseconds(GatewayMetrics.nanoseconds(elapsed))
+        guard let failure else { return }
+        errors.withLock { counters in
+            if let counter = counters[failure] { return counter }
+            let counter = Counter(label: "portico_upstream_errors_total", dimensions: [("upstream", upstream), ("kind", failure)], factory: factory)
+            counters[failure] = counter
+            return counter
+        }.increment()
     }
 }

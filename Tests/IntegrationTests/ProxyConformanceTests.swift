@@ -1,0 +1,220 @@
+import Foundation
+import Portico
+import PorticoTesting
+import Testing
+
+/// One conformance suite, both transports, through the real gateway to a real loopback upstream.
+@Suite("Proxying through the gateway")
+struct ProxyConformanceTests {
+    /// A gateway with one prefix route to `upstream` over `transport`.
+    static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport,
+                        configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
+        var config = PorticoConfig()
+        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)/base")!)
+        settings.transport = transport
+        settings.connectTimeout = .seconds(30)
+        config.upstreams = ["up": settings]
+        config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", stripPrefix: true)]
+        configure(&config)
+        return try TestGateway(config)
+    }
+
+    static func started(_ upstream: TestUpstream = TestUpstream()) async throws -> TestUpstream {
+        try await upstream.start()
+        return upstream
+    }
+
+    @Test("every method, its body and the raw target reach the upstream", arguments: UpstreamConfig.Transport.allCases)
+    func methods(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        let gateway = try Self.gateway(upstream, transport)
+        for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+            let body: [UInt8] = method == "GET" || method == "OPTIONS" || method == "DELETE" ? [] : Array("payload-\(method)".utf8)
+            let response = try await gateway.request(method, "/api/items/a%2Fb?q=1+2&q=%2F&u=%E2%82%AC", body: body)
+            #expect(response.status == 200, "\(method)")
+            let echo = try TestUpstream.Echo.decode(response.body)
+            #expect(echo.method == method)
+            #expect(echo.target == "/base/items/a%2Fb?q=1+2&q=%2F&u=%E2%82%AC")
+            #expect(echo.bodyBytes == body)
+        }
+        let head = try await gateway.request("HEAD", "/api/items")
+        #expect(head.status == 200)
+        #expect(head.body.isEmpty)
+        #expect(Int(head.header("content-length") ?? "") ?? 0 > 0)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("binary bodies up to the limit arrive byte for byte", arguments: UpstreamConfig.Transport.allCases)
+    func binaryBodies(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/raw") { request in TestUpstream.Response(status: 200, body: request.body) }
+        let gateway = try Self.gateway(upstream, transport) { $0.listen.maxBodyBytes = 4 * 1024 * 1024 }
+        var generator = SystemRandomNumberGenerator()
+        for size in [0, 1, 65_535, 1_000_003, 4 * 1024 * 1024] {
+            let body = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let response = try await gateway.request("POST", "/api/raw", body: body)
+            #expect(response.status == 200)
+            #expect(response.body == body, "size \(size)")
+        }
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("hop-by-hop headers are dropped, forwarding headers added, the client's headers kept",
+          arguments: UpstreamConfig.Transport.allCases)
+    func headerHygiene(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        let gateway = try Self.gateway(upstream, transport)
+        let response = try await gateway.request("GET", "/api/h", headers: [
+            ("Connection", "keep-alive, X-Secret-Hop"), ("X-Secret-Hop", "1"), ("Keep-Alive", "timeout=5"),
+            ("TE", "trailers"), ("Proxy-Authorization", "Basic eDp5"), ("X-Keep", "yes"), ("User-Agent", "portico-test/1"),
+        ])
+        let echo = try TestUpstream.Echo.decode(response.body)
+        for dropped in ["x-secret-hop", "keep-alive", "te", "proxy-authorization", "connection"] {
+            #expect(!echo.headerNames.contains(dropped), "\(dropped) reached the upstream")
+        }
+        #expect(echo.values("x-keep") == ["yes"])
+        #expect(echo.values("user-agent") == ["portico-test/1"])
+        #expect(echo.values("x-forwarded-for") == ["127.0.0.1"])
+        #expect(echo.values("x-forwarded-proto") == ["http"])
+        #expect(echo.values("x-forwarded-host") == ["gateway.test"])
+        #expect(echo.values("via").first?.contains("portico") == true)
+        #expect(echo.values("host") == ["127.0.0.1:\(upstream.port)"])
+        #expect(echo.values("x-request-id").count == 1)
+        // FoundationNetworking adds none of its own headers.
+        #expect(!echo.headerNames.contains("accept-language"))
+        #expect(!echo.headerNames.contains("accept"))
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("duplicate response headers reach the client; Set-Cookie stays separate", arguments: UpstreamConfig.Transport.allCases)
+    func duplicateResponseHeaders(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/cookies", TestUpstream.Response(status: 200, headers: [
+            ("Set-Cookie", "a=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT"), ("Set-Cookie", "b=2; HttpOnly"),
+        ], body: "ok"))
+        let gateway = try Self.gateway(upstream, transport)
+        let response = try await gateway.request("GET", "/api/cookies")
+        #expect(response.headers("set-cookie").sorted() == ["a=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT", "b=2; HttpOnly"])
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("redirects are passed through, not followed", arguments: UpstreamConfig.Transport.allCases)
+    func redirects(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        for status in [301, 302, 307] {
+            upstream.route("/base/r\(status)", .redirect(status, location: "/elsewhere"))
+        }
+        let gateway = try Self.gateway(upstream, transport)
+        for status in [301, 302, 307] {
+            let response = try await gateway.request("GET", "/api/r\(status)")
+            #expect(response.status == status)
+            #expect(response.header("location") == "/elsewhere")
+        }
+        #expect(upstream.hits("/elsewhere") == 0)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("gzip bodies stay consistent with their headers", arguments: UpstreamConfig.Transport.allCases)
+    func gzip(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        let plain = Array(String(repeating: "{\"hello\":\"world\"}", count: 500).utf8)
+        upstream.route("/base/z", .gzip(plain, headers: [("Content-Type", "application/json")]))
+        let gateway = try Self.gateway(upstream, transport)
+        let response = try await gateway.request("GET", "/api/z", headers: [("Accept-Encoding", "gzip")])
+        #expect(response.status == 200)
+        #expect(response.header("content-encoding") == "gzip")
+        #expect(Int(response.header("content-length") ?? "") == response.body.count)
+        #expect(try Zlib.decompress(response.body, limit: 1 << 20) == plain)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("204 and 304 come back without a body", arguments: UpstreamConfig.Transport.allCases)
+    func noBody(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/none", .noContent)
+        upstream.route("/base/same", .notModified(etag: "\"v1\""))
+        let gateway = try Self.gateway(upstream, transport)
+        let connection = try gateway.connect()
+        try await connection.send("GET /api/none HTTP/1.1\r\nHost: x\r\n\r\nGET /api/same HTTP/1.1\r\nHost: x\r\n\r\nGET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
+        let noContent = try #require(try await connection.readResponse())
+        #expect(noContent.status == 204)
+        let notModified = try #require(try await connection.readResponse())
+        #expect(notModified.status == 304)
+        #expect(notModified.header("etag") != nil)
+        // The connection stays usable: nothing stray was sent after the bodiless answers.
+        let next = try #require(try await connection.readResponse())
+        #expect(next.status == 200)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("a 401 with a Basic challenge comes back promptly", arguments: UpstreamConfig.Transport.allCases)
+    func basicChallenge(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/private", .basicChallenge(realm: "x"))
+        let gateway = try Self.gateway(upstream, transport) { $0.listen.requestTimeout = .seconds(20) }
+        let started = ContinuousClock.now
+        let response = try await gateway.request("GET", "/api/private")
+        #expect(response.status == 401)
+        #expect(response.header("www-authenticate")?.hasPrefix("Basic") == true)
+        #expect(ContinuousClock.now - started < .seconds(15), "answered by the upstream, not by a timeout")
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("a silent upstream becomes a JSON 504 within the deadline", arguments: UpstreamConfig.Transport.allCases)
+    func slowUpstream(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/slow", .never)
+        let gateway = try Self.gateway(upstream, transport) { $0.routes[0].timeout = .milliseconds(400) }
+        let started = ContinuousClock.now
+        let response = try await gateway.request("GET", "/api/slow")
+        #expect(response.status == 504)
+        let body = try JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
+        #expect(body.error == "upstream_timeout")
+        #expect(ContinuousClock.now - started < .seconds(10))
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("an upstream closing mid-body, or one that is down, becomes a JSON 502", arguments: UpstreamConfig.Transport.allCases)
+    func brokenUpstream(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/cut", .truncated(declaredLength: 10_000, body: Array(repeating: 0x41, count: 100)))
+        let gateway = try Self.gateway(upstream, transport)
+        let cut = try await gateway.request("GET", "/api/cut")
+        #expect(cut.status == 502)
+        #expect(try JSONDecoder().decode(ErrorBody.self, from: Data(cut.body)).error == "upstream_unavailable")
+        await upstream.shutdown()
+        let down = try await gateway.request("GET", "/api/anything")
+        #expect(down.status == 502)
+        #expect(try JSONDecoder().decode(ErrorBody.self, from: Data(down.body)).error == "upstream_unavailable")
+        await gateway.stop()
+    }
+
+    @Test("200 concurrent requests with distinct bodies each get their own answer", arguments: UpstreamConfig.Transport.allCases)
+    func concurrency(transport: UpstreamConfig.Transport) async throws {
+        let upstream = try await Self.started()
+        upstream.route("/base/mirror") { request in TestUpstream.Response(status: 200, body: request.body) }
+        let gateway = try Self.gateway(upstream, transport)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<200 {
+                group.addTask {
+                    let body = Array("request-\(index)-".utf8) + Array(repeating: UInt8(index % 256), count: index * 10)
+                    let response = try await gateway.request("POST", "/api/mirror", body: body)
+                    #expect(response.status == 200)
+                    #expect(response.body == body)
+                }
+            }
+            try await group.waitForAll()
+        }
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+}
