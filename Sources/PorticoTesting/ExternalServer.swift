@@ -1,0 +1,122 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An independent server (nginx, Python's http.server) run as a child process on 127.0.0.1,
+/// so Portico is not only ever tested against itself.
+public final class ExternalServer: Sendable {
+    public let port: Int
+    private let process: Process
+    public let directory: URL
+
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Whether `name` is on PATH (or in /usr/sbin for nginx).
+    public static func available(_ name: String) -> Bool {
+        locate(name) != nil
+    }
+
+    static func locate(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") + ["/usr/local/bin", "/usr/bin", "/usr/sbin", "/sbin"] {
+            let candidate = "\(directory)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+
+    /// A port that was free a moment ago (the kernel's choice for port 0).
+    public static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard ok else { throw Failure(description: "no free port: \(String(cString: strerror(errno)))") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Python's `http.server` serving `files` (name → contents) from a temporary directory.
+    public static func pythonFileServer(files: [String: [UInt8]]) async throws -> ExternalServer {
+        let directory = try temporaryDirectory()
+        for (name, contents) in files {
+            try Data(contents).write(to: directory.appendingPathComponent(name))
+        }
+        let port = try freePort()
+        let python = locate("python3") ?? "/usr/bin/python3"
+        return try await ExternalServer(executable: python, arguments: ["-m", "http.server", String(port), "--bind", "127.0.0.1",
+                                                                         "--directory", directory.path],
+                                        port: port, directory: directory)
+    }
+
+    /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port).
+    public static func nginx(serverBlock: String) async throws -> ExternalServer {
+        let directory = try temporaryDirectory()
+        let port = try freePort()
+        let config = """
+        worker_processes 1;
+        daemon off;
+        error_log \(directory.path)/error.log warn;
+        pid \(directory.path)/nginx.pid;
+        events { worker_connections 256; }
+        http {
+          access_log off;
+          client_body_temp_path \(directory.path)/body; proxy_temp_path \(directory.path)/proxy;
+          fastcgi_temp_path \(directory.path)/fcgi; uwsgi_temp_path \(directory.path)/uwsgi; scgi_temp_path \(directory.path)/scgi;
+          server {
+            listen 127.0.0.1:\(port);
+            \(serverBlock)
+          }
+        }
+        """
+        try config.write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+        guard let nginx = locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
+        return try await ExternalServer(executable: nginx, arguments: ["-p", directory.path, "-c", "\(directory.path)/nginx.conf"],
+                                        port: port, directory: directory)
+    }
+
+    private init(executable: String, arguments: [String], port: Int, directory: URL) async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        self.port = port
+        self.directory = directory
+        // Wait until it accepts connections (generous: a loaded machine starts Python slowly).
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while ContinuousClock.now < deadline {
+            if (try? RawHTTPConnection(port: port, timeout: .seconds(1))) != nil { return }
+            guard process.isRunning else { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        process.terminate()
+        throw Failure(description: "\(executable) did not start listening on 127.0.0.1:\(port)")
+    }
+
+    public func stop() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    static func temporaryDirectory() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("portico-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}
