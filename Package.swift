@@ -67,6 +67,7 @@ let package = Package(
             name: "PorticoTesting",
             dependencies: [
                 "Portico",
+                "MicroHTTPD",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
