@@ -46,10 +46,14 @@ public struct AccessToken: Sendable, Equatable, CustomStringConvertible, CustomD
 /// one, callers fail at once with 503 `credentials_unavailable` until the next attempt, and
 /// attempts back off exponentially with full jitter. A refresh never outlives `timeout`.
 public actor TokenManager {
-    /// Backoff between failed refresh attempts: `random(0...min(cap, base·2ⁿ⁻¹))` after the nth failure.
+    /// Backoff between failed refresh attempts: `random(0...min(cap, base·2ⁿ⁻¹))` after the nth
+    /// failure (full jitter), at least `backoffFloor`.
     public struct Options: Sendable {
         public var backoffBase: Duration = .milliseconds(500)
         public var backoffCap: Duration = .seconds(30)
+        /// The shortest wait: full jitter can draw ~0, which would let the next caller start
+        /// another attempt at once (and wait on a hanging IdP) instead of failing fast.
+        public var backoffFloor: Duration = .milliseconds(100)
         /// A number in `0...1`; the fraction of the backoff ceiling to wait (full jitter).
         public var jitter: @Sendable () -> Double = { Double.random(in: 0...1) }
         /// Refresh in the background ahead of expiry (off in tests of expiry itself).
@@ -264,7 +268,7 @@ public actor TokenManager {
         let exponent = min(failures - 1, 30)
         let ceiling = min(options.backoffCap, options.backoffBase * (1 << exponent))
         let fraction = min(1, max(0, options.jitter()))
-        return ceiling * fraction
+        return max(min(options.backoffFloor, ceiling), ceiling * fraction)
     }
 
     /// Replaces the background task with one that refreshes at `instant`.

@@ -162,15 +162,16 @@ struct TokenManagerTests {
         }
     }
 
-    @Test("full jitter: the wait is the random fraction of the backoff ceiling")
-    func jitter() async throws {
+    @Test("full jitter: the wait is the random fraction of the backoff ceiling, never below the floor",
+          arguments: [(0.25, Duration.milliseconds(500)), (0, .milliseconds(100))])
+    func jitter(fraction: Double, expected: Duration) async throws {
         try await withEndpoint { (endpoint) async throws in
             let clock = ManualClock()
-            let manager = makeManager(endpoint, clock: clock, options: testOptions(base: .seconds(2), jitter: 0.25))
+            let manager = makeManager(endpoint, clock: clock, options: testOptions(base: .seconds(2), jitter: fraction))
             try await endpoint.setFailure(.status(503, error: "temporarily_unavailable"))
             _ = await gatewayError { _ = try await manager.token() }
             let next = try #require(await manager.status.nextAttempt)
-            #expect(clock.now.duration(to: next) == .milliseconds(500))
+            #expect(clock.now.duration(to: next) == expected)
             await manager.shutdown()
         }
     }
