@@ -79,6 +79,12 @@ extension GatewayError {
     public static func upstreamProtocolError(_ upstream: String, _ detail: String) -> GatewayError {
         GatewayError(status: .badGateway, code: "upstream_protocol_error", message: "upstream \(upstream): \(detail)")
     }
+    /// The gateway holds no valid credential for the upstream (identity provider down or
+    /// refusing). `detail` must never carry a secret or a token.
+    public static func credentialsUnavailable(_ credential: String, _ detail: String) -> GatewayError {
+        GatewayError(status: .serviceUnavailable, code: "credentials_unavailable",
+                     message: "credential \(credential): \(detail)")
+    }
     public static func internalError(_ message: String = "internal error") -> GatewayError {
         GatewayError(status: .internalServerError, code: "internal_error", message: message)
     }

@@ -6,19 +6,35 @@ public final class GatewayRuntime: Sendable {
     public let config: PorticoConfig
     public let router: Router
     public let upstreams: [String: any UpstreamClient]
+    /// One provider per credential; a reload hands unchanged ones (and their tokens) over.
+    public let credentials: CredentialStore
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
         public var description: String
     }
 
-    public init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock()) throws {
+    /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens.
+    public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
+                            previous: GatewayRuntime? = nil) throws {
+        let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
+        do {
+            try self.init(config: config, logger: logger, clock: clock, credentials: credentials)
+        } catch {
+            credentials.discard()
+            throw error
+        }
+    }
+
+    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore) throws {
         self.config = config
+        self.credentials = credentials
         // Everything that can fail comes first: upstream clients own connection pools that must
         // be shut down, so they are only made once nothing else can throw.
         var middleware: [String: any Middleware] = [:]
         for (name, settings) in config.middleware {
-            middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock)
+            middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock,
+                                                       credentials: credentials)
         }
         var chains: [[any Middleware]] = []
         for route in config.routes {
@@ -65,15 +81,19 @@ public final class GatewayRuntime: Sendable {
         for client in upstreams.values {
             await client.shutdown()
         }
+        await credentials.shutdown()
     }
 
     static func makeMiddleware(name: String, _ settings: MiddlewareConfig, config: PorticoConfig,
-                               logger: Logger, clock: any GatewayClock) throws -> any Middleware {
+                               logger: Logger, clock: any GatewayClock, credentials: CredentialStore) throws -> any Middleware {
         switch settings {
         case .accessLog(let accessLog):
             return AccessLogMiddleware(accessLog, logger: logger, clock: clock)
-        case .auth:
-            throw BuildError(description: "middleware \(name): type auth is not available in this build")
+        case .auth(let auth):
+            guard let provider = credentials.provider(named: auth.credential) else {
+                throw BuildError(description: "middleware \(name): unknown credential \"\(auth.credential)\"")
+            }
+            return AuthMiddleware(provider: provider, clientHeader: auth.clientHeader)
         }
     }
 }

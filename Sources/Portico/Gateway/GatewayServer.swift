@@ -93,7 +93,8 @@ public final class GatewayServer: Sendable {
     /// Builds a runtime from `config` and swaps it in; the old one is released once its
     /// in-flight requests have had their request timeout to finish. Listener settings need a restart.
     public func reload(_ config: PorticoConfig) throws {
-        let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock)
+        // Unchanged credentials carry their tokens over to the new runtime.
+        let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock, previous: gateway.current)
         if config.listen != listen {
             logger.warning("listen settings changed: they take effect at the next restart")
         }
