@@ -52,18 +52,41 @@ public final class ExternalServer: Sendable {
         for (name, contents) in files {
             try Data(contents).write(to: directory.appendingPathComponent(name))
         }
-        let port = try freePort()
         let python = locate("python3") ?? "/usr/bin/python3"
-        return try await ExternalServer(executable: python, arguments: ["-m", "http.server", String(port), "--bind", "127.0.0.1",
-                                                                         "--directory", directory.path],
-                                        port: port, directory: directory)
+        return try await retryingPorts { port in
+            try await ExternalServer(executable: python, arguments: ["-m", "http.server", String(port), "--bind", "127.0.0.1",
+                                                                    "--directory", directory.path],
+                                     port: port, directory: directory)
+        }
     }
 
     /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port).
     public static func nginx(serverBlock: String) async throws -> ExternalServer {
         let directory = try temporaryDirectory()
-        let port = try freePort()
-        let config = """
+        guard let nginx = locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
+        return try await retryingPorts { port in
+            try nginxConfig(serverBlock: serverBlock, port: port, directory: directory)
+                .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+            return try await ExternalServer(executable: nginx, arguments: ["-p", directory.path, "-c", "\(directory.path)/nginx.conf"],
+                                            port: port, directory: directory)
+        }
+    }
+
+    /// Another test may bind the "free" port between our probe and the server's bind: try a few.
+    static func retryingPorts(_ start: (Int) async throws -> ExternalServer) async throws -> ExternalServer {
+        var lastError: (any Error)?
+        for _ in 0..<5 {
+            do {
+                return try await start(try freePort())
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError!
+    }
+
+    static func nginxConfig(serverBlock: String, port: Int, directory: URL) -> String {
+        """
         worker_processes 1;
         daemon off;
         error_log \(directory.path)/error.log warn;
@@ -79,18 +102,17 @@ public final class ExternalServer: Sendable {
           }
         }
         """
-        try config.write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
-        guard let nginx = locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
-        return try await ExternalServer(executable: nginx, arguments: ["-p", directory.path, "-c", "\(directory.path)/nginx.conf"],
-                                        port: port, directory: directory)
     }
 
     private init(executable: String, arguments: [String], port: Int, directory: URL) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        let logURL = directory.appendingPathComponent("stderr.log")
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        let log = try FileHandle(forWritingTo: logURL)
         process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        process.standardError = log
         try process.run()
         self.process = process
         self.port = port
@@ -103,7 +125,9 @@ public final class ExternalServer: Sendable {
             try await Task.sleep(for: .milliseconds(50))
         }
         process.terminate()
-        throw Failure(description: "\(executable) did not start listening on 127.0.0.1:\(port)")
+        let output = (try? String(contentsOf: logURL, encoding: .utf8)) ?? ""
+        let errorLog = (try? String(contentsOf: directory.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
+        throw Failure(description: "\(executable) did not start listening on 127.0.0.1:\(port): \(output)\(errorLog)")
     }
 
     public func stop() {
