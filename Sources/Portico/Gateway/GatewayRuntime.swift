@@ -70,6 +70,10 @@ public final class GatewayRuntime: Sendable {
         switch settings {
         case .accessLog(let accessLog):
             return AccessLogMiddleware(accessLog, logger: logger, clock: clock)
+        case .retry(let retry):
+            return RetryMiddleware(retry)
+        case .rateLimit(let rateLimit):
+            return RateLimitMiddleware(name: name, rateLimit)
         case .auth:
             throw BuildError(description: "middleware \(name): type auth is not available in this build")
         }
