@@ -2,8 +2,16 @@ import Foundation
 import Portico
 import Synchronization
 
-/// A clock that only moves when a test says so. `advance(by:)` wakes every sleeper whose
-/// deadline has passed, so expiry, backoff and timeouts are tested without real waiting.
+/// A clock that only moves when a test says so. `sleep(until:)` suspends until `advance(by:)`
+/// moves time past the deadline (or the task is cancelled), so tests of backoff, buckets and
+/// expiry run instantly and deterministically.
+///
+/// ```swift
+/// let clock = ManualClock()
+/// async let response = middleware.handle(request, context: context(clock: clock), next: next)
+/// await clock.waitForSleepers(1)      // the middleware is now waiting
+/// clock.advance(by: .seconds(1))      // wake it
+/// ```
 public final class ManualClock: GatewayClock {
     private struct Sleeper {
         var deadline: ContinuousClock.Instant
@@ -12,69 +20,56 @@ public final class ManualClock: GatewayClock {
 
     private struct State {
         var now: ContinuousClock.Instant
-        var wallNow: Date
-        var nextID = 0
-        var sleepers: [Int: Sleeper] = [:]
-        /// Sleeps cancelled before they were registered.
-        var cancelledEarly: Set<Int> = []
+        var wall: Date
+        var nextID: UInt64 = 0
+        var sleepers: [UInt64: Sleeper] = [:]
+        /// Sleeps cancelled before their continuation was registered.
+        var cancelledEarly: Set<UInt64> = []
+        /// Tests waiting for a number of sleepers.
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        /// Sleeps started so far (including ones that returned at once).
+        var sleepsStarted = 0
     }
 
     private let state: Mutex<State>
 
+    /// Starts at the real current instant (so `Duration` arithmetic with other instants stays
+    /// sane) and at a fixed wall-clock date unless told otherwise.
     public init(now: ContinuousClock.Instant = ContinuousClock.now,
                 wallNow: Date = Date(timeIntervalSince1970: 1_750_000_000)) {
-        state = Mutex(State(now: now, wallNow: wallNow))
+        state = Mutex(State(now: now, wall: wallNow))
     }
 
     public var now: ContinuousClock.Instant { state.withLock { $0.now } }
-    public var wallNow: Date { state.withLock { $0.wallNow } }
+    public var wallNow: Date { state.withLock { $0.wall } }
 
-    /// Tasks currently sleeping on this clock.
+    /// Suspended sleepers right now.
     public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+    /// Calls to `sleep(until:)` so far, including those whose deadline had already passed.
+    public var sleepsStarted: Int { state.withLock { $0.sleepsStarted } }
+
+    /// The earliest deadline any sleeper waits for.
+    public var nextDeadline: ContinuousClock.Instant? {
+        state.withLock { $0.sleepers.values.map(\.deadline).min() }
+    }
+
+    /// Moves both clocks forward and wakes every sleeper whose deadline has been reached.
+    public func advance(by duration: Duration) {
+        let woken: [CheckedContinuation<Void, any Error>] = state.withLock { state in
+            state.now = state.now.advanced(by: duration)
+            let (seconds, attoseconds) = duration.components
+            state.wall = state.wall.addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
+            let due = state.sleepers.filter { $0.value.deadline <= state.now }
+            for id in due.keys { state.sleepers[id] = nil }
+            return due.values.sorted { $0.deadline < $1.deadline }.map(\.continuation)
+        }
+        for continuation in woken { continuation.resume() }
+    }
 
     /// The deadlines sleepers wait for, earliest first.
     public var pendingDeadlines: [ContinuousClock.Instant] {
         state.withLock { $0.sleepers.values.map(\.deadline).sorted() }
-    }
-
-    public func sleep(until deadline: ContinuousClock.Instant) async throws {
-        let id = state.withLock { state -> Int in
-            state.nextID += 1
-            return state.nextID
-        }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let immediate = state.withLock { state -> Result<Void, any Error>? in
-                    if state.cancelledEarly.remove(id) != nil { return .failure(CancellationError()) }
-                    if deadline <= state.now { return .success(()) }
-                    state.sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
-                    return nil
-                }
-                if let immediate { continuation.resume(with: immediate) }
-            }
-        } onCancel: {
-            let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-                if let sleeper = state.sleepers.removeValue(forKey: id) { return sleeper.continuation }
-                state.cancelledEarly.insert(id)
-                return nil
-            }
-            continuation?.resume(throwing: CancellationError())
-        }
-        // A cancellation that raced with a normal wake-up leaves a mark behind: drop it.
-        state.withLock { _ = $0.cancelledEarly.remove(id) }
-    }
-
-    /// Moves time forward and wakes the sleepers whose deadline has come.
-    public func advance(by duration: Duration) {
-        let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
-            state.now = state.now.advanced(by: duration)
-            state.wallNow = state.wallNow.addingTimeInterval(
-                Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
-            let now = state.now
-            let ids = state.sleepers.filter { $0.value.deadline <= now }.map(\.key)
-            return ids.compactMap { state.sleepers.removeValue(forKey: $0)?.continuation }
-        }
-        for continuation in due { continuation.resume() }
     }
 
     /// Moves time forward to `instant` (no-op when it has passed).
@@ -83,11 +78,57 @@ public final class ManualClock: GatewayClock {
         if delta > .zero { advance(by: delta) }
     }
 
-    /// Waits (really, polling briefly) until at least `count` tasks sleep on this clock,
-    /// e.g. a background refresher that is about to be woken by `advance`.
-    public func waitForSleepers(_ count: Int = 1, timeout: Duration = .seconds(30)) async throws {
-        try await Eventually.wait(timeout: timeout, "\(count) sleeper(s) on the manual clock") {
-            self.sleeperCount >= count
+    /// Advances exactly to the earliest sleeper's deadline (if any), waking it.
+    public func advanceToNextDeadline() {
+        guard let deadline = nextDeadline else { return }
+        let step = now.duration(to: deadline)
+        advance(by: max(.zero, step))
+    }
+
+    public func sleep(until deadline: ContinuousClock.Instant) async throws {
+        let id: UInt64? = state.withLock { state in
+            state.sleepsStarted += 1
+            guard deadline > state.now else { return nil }
+            state.nextID += 1
+            return state.nextID
+        }
+        guard let id else {
+            try Task.checkCancellation()
+            return
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let (registered, waiters) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
+                    if state.cancelledEarly.remove(id) != nil { return (false, []) }
+                    state.sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
+                    let count = state.sleepers.count
+                    let ready = state.waiters.filter { $0.count <= count }.map(\.continuation)
+                    state.waiters.removeAll { $0.count <= count }
+                    return (true, ready)
+                }
+                if !registered { continuation.resume(throwing: CancellationError()) }
+                for waiter in waiters { waiter.resume() }
+            }
+        } onCancel: {
+            let continuation: CheckedContinuation<Void, any Error>? = state.withLock { state in
+                if let sleeper = state.sleepers.removeValue(forKey: id) { return sleeper.continuation }
+                state.cancelledEarly.insert(id)
+                return nil
+            }
+            continuation?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Returns once at least `count` sleepers are suspended. Lets a test advance time only
+    /// after the code under test has started waiting, without polling or real sleeps.
+    public func waitForSleepers(_ count: Int = 1) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state -> Bool in
+                if state.sleepers.count >= count { return true }
+                state.waiters.append((count, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
         }
     }
 }

@@ -144,12 +144,16 @@ public struct RouteConfig: Sendable, Equatable {
 public enum MiddlewareConfig: Sendable, Equatable {
     case accessLog(AccessLogConfig)
     case auth(AuthConfig)
+    case retry(RetryConfig)
+    case rateLimit(RateLimitConfig)
 
     /// The `type:` string.
     public var typeName: String {
         switch self {
         case .accessLog: "access_log"
         case .auth: "auth"
+        case .retry: "retry"
+        case .rateLimit: "rate_limit"
         }
     }
 }

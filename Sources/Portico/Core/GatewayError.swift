@@ -85,11 +85,29 @@ extension GatewayError {
         GatewayError(status: .serviceUnavailable, code: "credentials_unavailable",
                      message: "credential \(credential): \(detail)")
     }
+    /// 429 with `Retry-After` in whole seconds (at least 1, as clients round 0 to "now").
+    public static func rateLimited(retryAfter: Duration, headerFields: HTTPFields = [:]) -> GatewayError {
+        var fields = headerFields
+        fields[.retryAfter] = String(max(1, wholeSecondsRoundedUp(retryAfter)))
+        return GatewayError(status: .tooManyRequests, code: "rate_limited",
+                            message: "rate limit exceeded; retry later", headerFields: fields)
+    }
+    /// 400 for a request that lacks the rate-limit key (`missing_key: reject`).
+    public static func rateLimitKeyMissing(_ what: String) -> GatewayError {
+        GatewayError(status: .badRequest, code: "rate_limit_key_missing", message: "the request has no \(what)")
+    }
     public static func internalError(_ message: String = "internal error") -> GatewayError {
         GatewayError(status: .internalServerError, code: "internal_error", message: message)
     }
     public static let shuttingDown = GatewayError(status: .serviceUnavailable, code: "shutting_down",
                                                   message: "the gateway is shutting down")
+}
+
+/// Seconds, rounded up: a client told to wait 0 s after a refusal would retry at once.
+func wholeSecondsRoundedUp(_ duration: Duration) -> Int {
+    let (seconds, attoseconds) = duration.components
+    if seconds < 0 { return 0 }
+    return Int(seconds) + (attoseconds > 0 ? 1 : 0)
 }
 
 /// Minimal JSON string escaping for the error body and log lines.

@@ -94,6 +94,10 @@ public final class GatewayRuntime: Sendable {
                 throw BuildError(description: "middleware \(name): unknown credential \"\(auth.credential)\"")
             }
             return AuthMiddleware(provider: provider, clientHeader: auth.clientHeader)
+        case .retry(let retry):
+            return RetryMiddleware(retry)
+        case .rateLimit(let rateLimit):
+            return RateLimitMiddleware(name: name, rateLimit)
         }
     }
 }

@@ -55,7 +55,7 @@ struct CredentialStoreTests {
             let clock = ManualClock()
             let store = try CredentialStore(credentials: ["idp": oauth(endpoint)], logger: quietLogger, clock: clock)
             _ = try await store.provider(named: "idp")?.header(context: makeContext(clock: clock))
-            try await clock.waitForSleepers(1)
+            await clock.waitForSleepers(1)
             await store.shutdown()
             try await Eventually.wait { clock.sleeperCount == 0 }
             clock.advance(by: .seconds(7_200))

@@ -42,7 +42,7 @@ struct TokenManagerTests {
             let first = try await manager.token()
             #expect(first.value == "tok-1")
             #expect(first.refreshAt == first.expiry - .seconds(30))
-            try await clock.waitForSleepers(1)  // the background refresher
+            await clock.waitForSleepers(1)  // the background refresher
             // The refresh hangs: any caller that waited on it would never return.
             try await endpoint.setFailure(.hang)
             clock.advance(to: first.refreshAt + .seconds(1))
@@ -277,7 +277,7 @@ struct TokenManagerTests {
             let clock = ManualClock()
             let manager = makeManager(endpoint, clock: clock)
             _ = try await manager.token()
-            try await clock.waitForSleepers(1)
+            await clock.waitForSleepers(1)
             await manager.shutdown()
             try await Eventually.wait { clock.sleeperCount == 0 }
             let error = await gatewayError { _ = try await manager.token() }

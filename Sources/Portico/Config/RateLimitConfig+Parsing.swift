@@ -1,0 +1,60 @@
+extension RateLimitConfig {
+    /// `type: rate_limit`; `rate` is required.
+    static func parse(_ m: ConfigMapping) -> RateLimitConfig? {
+        let rate = m.required("rate")?.rate()
+        var c = RateLimitConfig(rate: rate ?? Rate(count: 1, per: .seconds(1)))
+        m.read("key", into: &c.key) { $0.rateLimitKey() }
+        m.read("burst", into: &c.burst) { $0.int(in: 1...1_000_000_000) }
+        m.read("missing_key", into: &c.missingKey) { $0.choice(MissingKey.self) }
+        m.read("headers", into: &c.headers) { $0.bool() }
+        m.read("max_keys", into: &c.maxKeys) { $0.int(in: 1...100_000_000) }
+        if m.value("burst") == nil, let rate { c.burst = RateLimitConfig.defaultBurst(for: rate) }
+        return rate == nil ? nil : c
+    }
+}
+
+extension ConfigNode {
+    /// `client_ip`, `route`, `header:NAME`, or a list of them combined into one key.
+    func rateLimitKey() -> [RateLimitConfig.KeyPart]? {
+        if case .sequence = node {
+            guard let items = list() else { return nil }
+            var parts: [RateLimitConfig.KeyPart] = []
+            for item in items {
+                guard let part = item.rateLimitKeyPart() else { continue }
+                if parts.contains(part) {
+                    item.error("duplicate key part \(part.description.quotedForMessage)")
+                    continue
+                }
+                parts.append(part)
+            }
+            if parts.isEmpty, !items.isEmpty { return nil }
+            guard !parts.isEmpty else {
+                error("must name at least one of client_ip, route, header:NAME")
+                return nil
+            }
+            return parts
+        }
+        return rateLimitKeyPart().map { [$0] }
+    }
+
+    private func rateLimitKeyPart() -> RateLimitConfig.KeyPart? {
+        let words = ["client_ip", "route", "header:"]
+        guard let value = scalar(expected: "client_ip, route or header:NAME") else { return nil }
+        switch value.text {
+        case "client_ip": return .clientIP
+        case "route": return .route
+        default:
+            if value.text.hasPrefix("header:") {
+                let name = String(value.text.dropFirst("header:".count))
+                guard HTTPSyntax.isToken(name) else {
+                    error("invalid header name in \(value.shown)")
+                    return nil
+                }
+                return .header(name.lowercased())
+            }
+            let hint = value.shown.hasPrefix("value from") ? "" : NameSuggester.hint(for: value.text, in: words)
+            error("unknown rate limit key \(value.shown)\(hint); expected client_ip, route or header:NAME")
+            return nil
+        }
+    }
+}

@@ -1,0 +1,49 @@
+/// `type: rate_limit` — a token bucket per key.
+public struct RateLimitConfig: Sendable, Equatable {
+    /// One component of the bucket key; several combine into one key.
+    public enum KeyPart: Sendable, Equatable, CustomStringConvertible {
+        /// The connecting peer's address (not `X-Forwarded-For`: clients can forge it).
+        case clientIP
+        /// A request header's value (name lower-cased), e.g. an API key.
+        case header(String)
+        /// The matched route's name: one bucket per route.
+        case route
+
+        public var description: String {
+            switch self {
+            case .clientIP: "client_ip"
+            case .header(let name): "header:\(name)"
+            case .route: "route"
+            }
+        }
+    }
+
+    /// What happens when a request lacks a key part (e.g. the header is absent).
+    public enum MissingKey: String, Sendable, Equatable, CaseIterable {
+        /// All such requests share one bucket.
+        case shared
+        /// Refused with 400 `rate_limit_key_missing`: the client can fix the request, waiting
+        /// would not help, so 429 would mislead.
+        case reject
+    }
+
+    public var key: [KeyPart] = [.clientIP]
+    public var rate: Rate
+    /// Bucket capacity: requests a rested client may send at once.
+    public var burst: Int
+    public var missingKey: MissingKey = .shared
+    /// Whether responses carry `RateLimit-Policy` and `RateLimit`.
+    public var headers: Bool = true
+    /// Buckets kept in memory at most; beyond it, refilled and then least recently used ones go.
+    public var maxKeys: Int = 100_000
+
+    /// `burst` defaults to one second's worth of `rate`, rounded up (at least 1).
+    public init(rate: Rate, burst: Int? = nil) {
+        self.rate = rate
+        self.burst = burst ?? Self.defaultBurst(for: rate)
+    }
+
+    public static func defaultBurst(for rate: Rate) -> Int {
+        max(1, Int(rate.perSecond.rounded(.up)))
+    }
+}

@@ -1,0 +1,92 @@
+import HTTPTypes
+
+/// Limits each key (client address, header value, route, or a combination) to a token bucket:
+/// `rate` sustained, `burst` at once. Refused requests get 429 `rate_limited` with
+/// `Retry-After`; every response (errors included) carries the IETF `RateLimit-Policy` and
+/// `RateLimit` headers unless `headers: false`. Place it outside caching and retries, so a
+/// client is charged once per request, however the request is served.
+public struct RateLimitMiddleware: Middleware {
+    /// The middleware instance's name: the policy name in the headers.
+    public let name: String
+    public let config: RateLimitConfig
+    public let store: any RateLimitStore
+    private let policyValue: String
+
+    static let rejected = LabelledCounters("portico_ratelimit_rejected_total")
+    /// The bucket every keyless request shares (`missing_key: shared`). NUL cannot occur in a
+    /// header value or an address, so no real key collides with it.
+    static let missingKeyBucket = "\u{0}missing"
+    /// Keys longer than this are shortened to a prefix plus a hash, so memory per bucket is
+    /// bounded whatever clients send.
+    static let maxKeyBytes = 128
+
+    public init(name: String, _ config: RateLimitConfig, store: (any RateLimitStore)? = nil) {
+        self.name = name
+        self.config = config
+        let policy = TokenBucketPolicy(config)
+        self.store = store ?? InMemoryRateLimitStore(policy: policy, maxKeys: config.maxKeys)
+        self.policyValue = RateLimitHeaders.policy(name: name, policy: policy)
+    }
+
+    public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
+        let key: String
+        if let extracted = Self.key(for: request, parts: config.key, route: context.route) {
+            key = extracted
+        } else if config.missingKey == .reject {
+            throw GatewayError.rateLimitKeyMissing(config.key.map(\.description).joined(separator: " + "))
+        } else {
+            key = Self.missingKeyBucket
+        }
+
+        let decision = try await store.acquire(key, at: context.clock.now)
+        guard decision.allowed else {
+            Self.rejected.increment([("route", context.route ?? "")])
+            var fields = HTTPFields()
+            addHeaders(to: &fields, decision)
+            throw GatewayError.rateLimited(retryAfter: decision.retryAfter, headerFields: fields)
+        }
+        do {
+            var response = try await next(request, context)
+            addHeaders(to: &response.headerFields, decision)
+            return response
+        } catch var error as GatewayError {
+            addHeaders(to: &error.headerFields, decision)
+            throw error
+        }
+    }
+
+    private func addHeaders(to fields: inout HTTPFields, _ decision: RateLimitDecision) {
+        guard config.headers else { return }
+        fields[RateLimitHeaders.policyName] = policyValue
+        fields[RateLimitHeaders.stateName] = RateLimitHeaders.state(name: name, decision: decision)
+    }
+
+    /// The bucket key, or `nil` when a part is missing (no address, header absent or empty).
+    /// Parts are joined with NUL, which none of them can contain.
+    public static func key(for request: GatewayRequest, parts: [RateLimitConfig.KeyPart], route: String?) -> String? {
+        var key = ""
+        for (index, part) in parts.enumerated() {
+            if index > 0 { key += "\u{0}" }
+            switch part {
+            case .clientIP:
+                guard !request.clientAddress.isEmpty else { return nil }
+                key += request.clientAddress
+            case .route:
+                guard let route else { return nil }
+                key += route
+            case .header(let name):
+                guard let fieldName = HTTPField.Name(name) else { return nil }
+                let values = request.headerFields[values: fieldName]
+                let joined = values.joined(separator: ",")
+                guard !joined.isEmpty else { return nil }
+                key += joined
+            }
+        }
+        if key.utf8.count > maxKeyBytes {
+            // Hasher is seeded per process, so clients cannot aim for collisions.
+            let prefix = String(decoding: key.utf8.prefix(64), as: UTF8.self)
+            key = prefix + "\u{0}#" + String(UInt(bitPattern: key.hashValue), radix: 16) + ":" + String(key.utf8.count)
+        }
+        return key
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import HTTPTypes
+
+/// Repeats failed upstream attempts that are safe and likely to succeed: idempotent methods
+/// (unless configured), replayable bodies, connect errors / timeouts / resets / configured
+/// statuses. Place it inside caching and outside auth: every attempt calls `next`, so inner
+/// middleware (credential injection) runs again for each attempt.
+///
+/// Time: waits use full-jitter exponential backoff, or the upstream's `Retry-After` when it
+/// is at most `max_retry_after` (a longer one returns the response at once: the client
+/// should decide whether to wait that long). Each attempt gets `per_try_timeout` as its
+/// deadline, never beyond the request's own; a retry starts only when its whole per-try
+/// timeout (without one: any time at all) still fits before the request's deadline.
+///
+/// Load: a `RetryBudget` shared by the instance bounds retries to a fraction of traffic.
+public struct RetryMiddleware: Middleware {
+    public let config: RetryConfig
+    public let budget: RetryBudget
+    let backoff: Backoff
+    /// Uniform in `[0, 1)`; injectable so tests can pin the jitter.
+    let random: @Sendable () -> Double
+    let retryStatuses: Set<Int>
+    let methods: Set<String>
+
+    static let retries = LabelledCounters("portico_retries_total")
+    static let budgetExhausted = LabelledCounters("portico_retry_budget_exhausted_total")
+
+    public init(_ config: RetryConfig, budget: RetryBudget? = nil,
+                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
+        self.config = config
+        self.budget = budget ?? RetryBudget(ratio: config.budget, minPerSecond: config.minRetriesPerSecond)
+        self.backoff = Backoff(base: config.backoffBase, cap: config.backoffCap)
+        self.random = random
+        self.retryStatuses = Set(config.on.compactMap { condition -> Int? in
+            guard case .status(let code) = condition else { return nil }
+            return code
+        })
+        self.methods = Set(config.methods)
+    }
+
+    public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
+        let clock = context.clock
+        budget.recordRequest(at: clock.now)
+        guard config.attempts > 1, methods.contains(request.method.rawValue), request.body.isReplayable else {
+            return try await next(request, context)
+        }
+        let route = context.route ?? ""
+        let overall = context.deadline
+        var attempt = 1
+        while true {
+            var attemptContext = context
+            if let perTry = config.perTryTimeout {
+                attemptContext.deadline = min(overall, clock.now.advanced(by: perTry))
+            }
+            let outcome: Result<GatewayResponse, any Error>
+            do {
+                outcome = .success(try await next(request, attemptContext))
+            } catch let error as CancellationError {
+                throw error
+            } catch {
+                outcome = .failure(error)
+            }
+            guard attempt < config.attempts, let reason = retryReason(outcome) else {
+                return try outcome.get()
+            }
+
+            var delay = backoff.delay(forRetry: attempt, unit: random())
+            if case .success(let response) = outcome, let value = response.headerFields[.retryAfter] {
+                if let asked = RetryAfter.delay(value, now: clock.wallNow) {
+                    guard asked <= config.maxRetryAfter else {
+                        context.stats.update { $0.extra.append(("retry_stopped", "retry_after")) }
+                        return response
+                    }
+                    delay = max(delay, asked)
+                }
+            }
+            let start = clock.now.advanced(by: delay)
+            let left = start.duration(to: overall)
+            guard left > .zero, left >= (config.perTryTimeout ?? .zero) else {
+                context.stats.update { $0.extra.append(("retry_stopped", "deadline")) }
+                return try outcome.get()
+            }
+            guard budget.tryAcquireRetry(at: clock.now) else {
+                Self.budgetExhausted.increment([("route", route)])
+                context.stats.update { $0.extra.append(("retry_stopped", "budget")) }
+                return try outcome.get()
+            }
+            Self.retries.increment([("route", route), ("reason", reason.description)])
+            context.logger.debug("retrying upstream request", metadata: [
+                "attempt": "\(attempt + 1)", "reason": "\(reason)", "delay": "\(delay)",
+            ])
+            if delay > .zero {
+                try await clock.sleep(until: start)
+            }
+            attempt += 1
+        }
+    }
+
+    /// Why this outcome deserves another attempt, or `nil` when it does not.
+    func retryReason(_ outcome: Result<GatewayResponse, any Error>) -> RetryConfig.Condition? {
+        switch outcome {
+        case .success(let response):
+            let code = response.status.code
+            return retryStatuses.contains(code) ? .status(code) : nil
+        case .failure(let error):
+            guard let condition = Self.classify(error), config.on.contains(condition) else { return nil }
+            return condition
+        }
+    }
+
+    /// Maps what the transports throw (`UpstreamError.gatewayError`) back to a condition.
+    /// Connect failures and resets share the 502 `upstream_unavailable` code and differ in
+    /// the message's stable prefix; TLS failures are not retried (a bad certificate stays bad).
+    public static func classify(_ error: any Error) -> RetryConfig.Condition? {
+        guard let error = error as? GatewayError else { return nil }
+        switch error.code {
+        case "upstream_timeout":
+            return .timeout
+        case "upstream_unavailable":
+            if error.message.contains(": connect failed: ") { return .connectError }
+            if error.message.contains(": connection closed: ") { return .reset }
+            return nil
+        default:
+            return nil
+        }
+    }
+}

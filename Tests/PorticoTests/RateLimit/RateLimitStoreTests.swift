@@ -1,0 +1,99 @@
+import Portico
+import PorticoTesting
+import Testing
+
+@Suite("Rate limit: token buckets and memory")
+struct RateLimitStoreTests {
+    let t0 = ContinuousClock.now
+
+    @Test("a rested key gets its burst, then one request per refill interval")
+    func burstThenRefill() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 2, burst: 3), maxKeys: 100)
+        let decisions = (0..<4).map { _ in store.take("a", at: t0) }
+        #expect(decisions.map(\.allowed) == [true, true, true, false])
+        #expect(decisions.map(\.remaining) == [2, 1, 0, 0])
+        #expect(decisions[3].retryAfter == .milliseconds(500))
+        #expect(decisions[2].resetAfter == .milliseconds(1500))
+        // Half a second refills one token.
+        #expect(!store.take("a", at: t0.advanced(by: .milliseconds(400))).allowed)
+        #expect(store.take("a", at: t0.advanced(by: .milliseconds(500))).allowed)
+        #expect(!store.take("a", at: t0.advanced(by: .milliseconds(500))).allowed)
+        // Refill never exceeds the burst.
+        let later = t0.advanced(by: .seconds(60))
+        #expect((0..<4).map { _ in store.take("a", at: later).allowed } == [true, true, true, false])
+    }
+
+    @Test("keys have separate buckets")
+    func separateKeys() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 1, burst: 1), maxKeys: 100)
+        #expect(store.take("a", at: t0).allowed)
+        #expect(!store.take("a", at: t0).allowed)
+        #expect(store.take("b", at: t0).allowed)
+    }
+
+    @Test("a clock read slightly behind another does not add or remove tokens")
+    func outOfOrderInstants() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 1, burst: 2), maxKeys: 100)
+        #expect(store.take("a", at: t0.advanced(by: .milliseconds(10))).allowed)
+        #expect(store.take("a", at: t0).allowed)
+        #expect(!store.take("a", at: t0).allowed)
+    }
+
+    @Test("accepted count over a long simulated run matches rate × time + burst")
+    func longRunRate() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 100, burst: 100), maxKeys: 10)
+        var accepted = 0
+        // 1000 requests/s offered for 10 s, in 1 ms steps.
+        for ms in 0..<10_000 where store.take("k", at: t0.advanced(by: .milliseconds(ms))).allowed {
+            accepted += 1
+        }
+        #expect(accepted >= 1_095 && accepted <= 1_100)   // 100 burst + 100/s × 9.999 s
+    }
+
+    @Test("1,000,000 distinct keys keep the store within max_keys")
+    func memoryBound() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 1, burst: 5), maxKeys: 1_000)
+        for i in 0..<1_000_000 {
+            _ = store.take(String(i), at: t0)
+        }
+        #expect(store.count <= 1_000)
+        #expect(store.count > 0)
+    }
+
+    @Test("idle buckets expire: a refilled bucket is forgotten")
+    func idleExpiry() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 10, burst: 10), maxKeys: 10_000, shards: 1)
+        for i in 0..<500 { _ = store.take("k\(i)", at: t0) }
+        #expect(store.count == 500)
+        // Every bucket is full again after 1 s; the next request sweeps them.
+        _ = store.take("fresh", at: t0.advanced(by: .seconds(2)))
+        #expect(store.count == 1)
+    }
+
+    @Test("a full shard drops refilled buckets before recently used ones")
+    func evictionPrefersRefilled() {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 1, burst: 10), maxKeys: 4, shards: 1)
+        _ = store.take("old", at: t0)                          // refilled by t0+2s
+        for _ in 0..<10 { _ = store.take("busy", at: t0.advanced(by: .seconds(1))) }   // empty
+        _ = store.take("c", at: t0.advanced(by: .milliseconds(1500)))
+        _ = store.take("d", at: t0.advanced(by: .milliseconds(1500)))
+        #expect(store.count == 4)
+        _ = store.take("e", at: t0.advanced(by: .seconds(2)))  // full shard: evict
+        #expect(store.count <= 4)
+        // "busy" kept its bucket: one token refilled since t0+1s, not a fresh burst of 10.
+        #expect(store.take("busy", at: t0.advanced(by: .seconds(2))).remaining == 0)
+    }
+
+    @Test("concurrent takes never grant more than the burst")
+    func concurrent() async {
+        let store = InMemoryRateLimitStore(policy: TokenBucketPolicy(ratePerSecond: 0.001, burst: 500), maxKeys: 100)
+        let t0 = self.t0
+        let granted = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<8 {
+                group.addTask { (0..<200).reduce(0) { sum, _ in sum + (store.take("shared", at: t0).allowed ? 1 : 0) } }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(granted == 500)
+    }
+}
