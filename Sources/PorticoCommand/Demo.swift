@@ -36,12 +36,32 @@ struct Demo: AsyncParsableCommand {
       orders-nio:
         url: http://127.0.0.1:${DEMO_UPSTREAM_PORT}
         transport: nio
+    credentials:
+      demo-idp:
+        type: oauth2_client_credentials
+        token_url: ${DEMO_TOKEN_URL}
+        client_id: portico
+        client_secret: ${DEMO_CLIENT_SECRET}
+        scope: reports.read
+        refresh_before_expiry: 10s
     middleware:
       log:
         type: access_log
         redact_query: [token]
+      limit:
+        type: rate_limit
+        key: client_ip
+        rate: 5/s
+        burst: 10
+      retry:
+        type: retry
+        attempts: 3
+        backoff: { base: 25ms, cap: 250ms }
+      auth:
+        type: auth
+        credential: demo-idp
     defaults:
-      middleware: [log]
+      middleware: [log, limit, retry]
     routes:
       - name: ping
         match: { path: /ping }
@@ -52,6 +72,13 @@ struct Demo: AsyncParsableCommand {
       - name: echo
         match: { path_prefix: /echo }
         upstream: orders
+      - name: reports
+        match: { path_prefix: /secure }
+        upstream: orders
+        middleware: [log, retry, auth]
+      - name: flaky
+        match: { path: /flaky }
+        upstream: orders
       - name: fast
         match: { path_prefix: /fast/ }
         upstream: orders-nio
@@ -59,12 +86,20 @@ struct Demo: AsyncParsableCommand {
     """
 
     func run() async throws {
-        let upstream = DemoUpstream()
+        // A demo identity provider with short-lived tokens (so refreshes show in the log) and
+        // an upstream that only accepts its current tokens on /secure.
+        var idpSettings = TestTokenEndpoint.Configuration()
+        idpSettings.clientSecret = "demo-client-secret"
+        idpSettings.expiresIn = 30
+        let idp = try TestTokenEndpoint(idpSettings)
+        let upstream = DemoUpstream(authorizes: { idp.authorizes($0) })
         let upstreamPort = try upstream.start()
         var environment = ProcessInfo.processInfo.environment
         environment["DEMO_PORT"] = String(port)
         environment["DEMO_UPSTREAM_PORT"] = String(upstreamPort)
         environment["DEMO_ADMIN_PORT"] = String(adminPort)
+        environment["DEMO_TOKEN_URL"] = idp.url.absoluteString
+        environment["DEMO_CLIENT_SECRET"] = idpSettings.clientSecret
         let config: PorticoConfig
         do {
             config = try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
@@ -86,6 +121,9 @@ struct Demo: AsyncParsableCommand {
               curl -i -X POST --data '{"item":"gadget"}' http://127.0.0.1:\(port)/orders
               curl -i 'http://127.0.0.1:\(port)/echo/anything?token=secret&page=2'   (see the token redacted in the access log)
               curl -i http://127.0.0.1:\(port)/fast/orders/1                       (same upstream over the NIO transport)
+              curl -i http://127.0.0.1:\(port)/secure/report                       (a bearer token injected; refreshed every ~20 s)
+              curl -i http://127.0.0.1:\(port)/flaky                               (503 twice, retried: the client sees 200)
+              for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:\(port)/ping; done   (429 past 10)
               curl -i http://127.0.0.1:\(port)/nowhere                              (JSON 404 with a request id)
               curl -s http://127.0.0.1:\(adminPort)/metrics | grep portico_requests_total
             Ctrl-C drains and stops.
@@ -95,5 +133,6 @@ struct Demo: AsyncParsableCommand {
             FileHandle.standardOutput.write(Data(banner.utf8))
         }
         await upstream.stop()
+        await idp.stop()
     }
 }

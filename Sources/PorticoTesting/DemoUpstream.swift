@@ -5,14 +5,27 @@ import Synchronization
 /// The upstream `portico demo` forwards to: a tiny orders API on 127.0.0.1.
 /// - `GET /orders` lists orders, `GET /orders/{id}` returns one, `POST /orders` creates one.
 /// - `GET /echo…` answers with what it received (method, target, headers), to show what the gateway sends.
+/// - `GET /secure…` demands a bearer token the demo identity provider issued (`authorizes`).
+/// - `GET /flaky` fails with 503 two times out of three.
 public final class DemoUpstream: Sendable {
     private let server: HTTPServer
-    private let counter = Atomic<Int>(0)
 
-    public init() {
+    /// `authorizes` decides whether an `Authorization` value is a current token (the demo IdP's check).
+    public init(authorizes: @escaping @Sendable (String?) -> Bool = { _ in true }) {
         let counter = Atomic<Int>(0)
+        let flaky = Atomic<Int>(0)
         server = HTTPServer(configuration: ServerConfiguration()) { request in
             let served = counter.add(1, ordering: .relaxed).newValue
+            let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+            if path.hasPrefix("/secure"), !authorizes(request.header("authorization")) {
+                return ServerResponse(status: 401, headers: [("WWW-Authenticate", "Bearer realm=\"demo\""),
+                                                             ("Content-Type", "application/json")],
+                                      body: Array("{\"error\":\"invalid_token\"}\n".utf8))
+            }
+            if path == "/flaky", flaky.add(1, ordering: .relaxed).newValue % 3 != 0 {
+                return ServerResponse(status: 503, headers: [("Content-Type", "application/json")],
+                                      body: Array("{\"error\":\"try again\"}\n".utf8))
+            }
             return DemoUpstream.answer(request, served: served)
         }
     }
@@ -45,6 +58,10 @@ public final class DemoUpstream: Sendable {
                 return json(404, ["error": "no such order", "id": String(id)])
             }
             return json(200, ["id": number, "item": "widget-\(number)", "quantity": number * 2])
+        case ("GET", "/flaky"):
+            return json(200, ["ok": true, "note": "this endpoint fails two times out of three; the retry middleware hid that"])
+        case ("GET", _) where path.hasPrefix("/secure"):
+            return json(200, ["secret_report": "only for callers with a current token", "served": served])
         case (_, _) where path.hasPrefix("/echo"):
             return json(200, [
                 "method": request.method,

@@ -130,10 +130,14 @@ public final class ExternalServer: Sendable {
         throw Failure(description: "\(executable) did not start listening on 127.0.0.1:\(port): \(output)\(errorLog)")
     }
 
+    /// Stops the child. `Process.waitUntilExit` spins a run loop on Linux and can hang inside
+    /// Swift concurrency, so this polls with a deadline and kills as a last resort.
     public func stop() {
         if process.isRunning {
             process.terminate()
-            process.waitUntilExit()
+            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+            while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
         try? FileManager.default.removeItem(at: directory)
     }

@@ -47,7 +47,7 @@ struct IndependentUpstreamTests {
               default_type text/plain;
               return 200 "method=$request_method uri=$request_uri xff=$http_x_forwarded_for host=$http_host via=$http_via ua=$http_user_agent\\n";
             }
-            location /big { default_type application/json; return 200 '\(String(repeating: "{\\\"k\\\":\\\"value\\\"},", count: 300))'; }
+            location /big { default_type application/json; return 200 '\(String(repeating: "{\\\"k\\\":\\\"value\\\"},", count: 100))'; }
             location /moved { return 307 /elsewhere; }
             location /teapot { return 418; }
             """)
