@@ -18,7 +18,7 @@ public final class RawHTTPConnection: @unchecked Sendable {
         public var description: String
     }
 
-    public init(host: String = "127.0.0.1", port: Int, timeout: Duration = .seconds(10)) throws {
+    public init(host: String = "127.0.0.1", port: Int, timeout: Duration = .seconds(60)) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
         var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)

@@ -38,7 +38,9 @@ struct TokenManagerTests {
     func proactiveRefresh() async throws {
         try await withEndpoint { (endpoint) async throws in
             let clock = ManualClock()
-            let manager = makeManager(endpoint, clock: clock, refreshBeforeExpiry: .seconds(30))
+            // The refresh is held open below; the manager's timeout runs on the manual clock, but
+            // URLSession's real-time backstop must outlast a loaded machine.
+            let manager = makeManager(endpoint, clock: clock, refreshBeforeExpiry: .seconds(30), timeout: .seconds(120))
             let first = try await manager.token()
             #expect(first.value == "tok-1")
             #expect(first.refreshAt == first.expiry - .seconds(30))
