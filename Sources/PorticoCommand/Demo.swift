@@ -100,12 +100,8 @@ struct Demo: AsyncParsableCommand {
         environment["DEMO_ADMIN_PORT"] = String(adminPort)
         environment["DEMO_TOKEN_URL"] = idp.url.absoluteString
         environment["DEMO_CLIENT_SECRET"] = idpSettings.clientSecret
-        let config: PorticoConfig
-        do {
-            config = try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
-        } catch {
-            FileHandle.standardError.write(Data("embedded demo configuration: \(error.description)\n".utf8))
-            throw ExitCode(1)
+        let config = try Bootstrap.loadOrExit("embedded demo configuration: ") { () throws(ConfigError) in
+            try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
         }
         Bootstrap.logging(config.logging)
         let registry = Bootstrap.metrics()

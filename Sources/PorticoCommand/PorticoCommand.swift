@@ -19,6 +19,11 @@ struct PorticoCommand: AsyncParsableCommand {
 struct ConfigOption: ParsableArguments {
     @Option(name: [.short, .long], help: "The YAML configuration file.")
     var config: String = "config/portico.yaml"
+
+    /// Loads the file; on errors prints every diagnostic to stderr and exits 1.
+    func load() throws -> PorticoConfig {
+        try Bootstrap.loadOrExit("") { () throws(ConfigError) in try ConfigLoader.load(file: config) }
+    }
 }
 
 struct Run: AsyncParsableCommand {
@@ -27,13 +32,7 @@ struct Run: AsyncParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() async throws {
-        let config: PorticoConfig
-        do {
-            config = try ConfigLoader.load(file: options.config)
-        } catch {
-            FileHandle.standardError.write(Data("\(error.description)\n".utf8))
-            throw ExitCode(1)
-        }
+        let config = try options.load()
         Bootstrap.logging(config.logging)
         let registry = Bootstrap.metrics()
         let logger = Logger(label: "portico")
@@ -48,13 +47,7 @@ struct Check: AsyncParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() async throws {
-        let config: PorticoConfig
-        do {
-            config = try ConfigLoader.load(file: options.config)
-        } catch {
-            FileHandle.standardError.write(Data("\(error.description)\n".utf8))
-            throw ExitCode(1)
-        }
+        let config = try options.load()
         // Build the runtime too: everything that would fail at start fails here.
         do {
             let runtime = try GatewayRuntime(config: config, logger: Logger(label: "portico.check", factory: { _ in SwiftLogNoOpLogHandler() }))
@@ -76,6 +69,16 @@ struct Version: ParsableCommand {
 }
 
 enum Bootstrap {
+    /// Runs a config load; a `ConfigError` is printed (all diagnostics) and becomes exit code 1.
+    static func loadOrExit(_ prefix: String, _ load: () throws(ConfigError) -> PorticoConfig) throws -> PorticoConfig {
+        do {
+            return try load()
+        } catch {
+            FileHandle.standardError.write(Data("\(prefix)\(error.description)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+
     /// swift-metrics is bootstrapped exactly once, here, with the Prometheus backend; the
     /// registry is what the admin listener's /metrics renders.
     static func metrics() -> PrometheusCollectorRegistry {

@@ -90,18 +90,9 @@ public final class TokenEndpointClient: Sendable {
         self.config = config
         self.grant = grant
         self.timeout = timeout
-        let configuration = URLSessionConfiguration.ephemeral
-        // Ephemeral sessions still keep cookies unless told not to: nothing is stored.
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        configuration.httpCookieAcceptPolicy = .never
-        configuration.urlCache = nil
-        configuration.urlCredentialStorage = nil
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         // URLSession counts whole seconds only; one more than the credential timeout.
         let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        configuration.timeoutIntervalForRequest = max(1, seconds.rounded(.up) + 1)
-        configuration.timeoutIntervalForResource = max(1, seconds.rounded(.up) + 1)
+        let configuration = URLSessionConfiguration.portico(backstopSeconds: Int(seconds.rounded(.up)) + 1)
         let delegate = TokenSessionDelegate(limit: Self.maxResponseBytes)
         self.delegate = delegate
         session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)

@@ -37,19 +37,9 @@ final class URLSessionUpstream: UpstreamClient {
         self.config = config
         self.target = UpstreamTarget(baseURL: config.url)
         self.logger = logger
-        let configuration = URLSessionConfiguration.ephemeral
-        // Ephemeral sessions still store cookies and cache: turn every store off.
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        configuration.httpCookieAcceptPolicy = .never
-        configuration.urlCache = nil
-        configuration.urlCredentialStorage = nil
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        // A backstop behind Portico's own deadline, which enforces sub-second timeouts.
+        let configuration = URLSessionConfiguration.portico(backstopSeconds: Int(config.timeout.components.seconds) + 2)
         configuration.httpMaximumConnectionsPerHost = max(1, config.maxConnections)
-        // Whole seconds only and below 1 s fails at once: a backstop behind our own deadline.
-        let backstop = TimeInterval(max(1, Int(config.timeout.components.seconds) + 2))
-        configuration.timeoutIntervalForRequest = backstop
-        configuration.timeoutIntervalForResource = backstop
         self.delegate = URLSessionUpstreamDelegate()
         self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
     }
