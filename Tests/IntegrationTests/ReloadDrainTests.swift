@@ -1,0 +1,109 @@
+import Foundation
+import Portico
+import PorticoTesting
+import Synchronization
+import Testing
+
+/// Operations under load: a reload or a drain must not lose a request (every request that
+/// reached the gateway gets a complete response).
+@Suite("Reload and drain under load")
+struct ReloadDrainTests {
+    static func config(upstream: TestUpstream, variant: Int) -> PorticoConfig {
+        var config = PorticoConfig()
+        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
+        settings.transport = variant % 2 == 0 ? .nio : .urlsession
+        settings.connectTimeout = .seconds(30)
+        config.upstreams = ["up": settings]
+        config.routes = [
+            RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", timeout: .seconds(20 + variant)),
+            RouteConfig(name: "version", match: .init(path: "/version"), direct: .init(status: 200, body: "v\(variant)")),
+        ]
+        return config
+    }
+
+    struct Tally: Sendable {
+        var ok = 0
+        var lost = 0
+        var failures: [String] = []
+    }
+
+    final class Load: Sendable {
+        let stop = Atomic<Bool>(false)
+        let tally = Mutex(Tally())
+    }
+
+    /// Workers send requests on fresh connections until `stop` is set.
+    static func load(_ gateway: TestGateway, workers: Int, state: Load) async {
+        await withTaskGroup(of: Void.self) { group in
+            for worker in 0..<workers {
+                group.addTask {
+                    var index = 0
+                    while !state.stop.load(ordering: .relaxed) {
+                        index += 1
+                        let connection: RawHTTPConnection
+                        do { connection = try gateway.connect() } catch { continue }  // refused: never sent, not lost
+                        do {
+                            try await connection.send("GET /api/w\(worker)/r\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                            let response = try await connection.readResponse()
+                            state.tally.withLock { tally in
+                                if response?.status == 200 { tally.ok += 1 } else {
+                                    tally.lost += 1
+                                    tally.failures.append("status \(response.map { String($0.status) } ?? "none")")
+                                }
+                            }
+                        } catch {
+                            state.tally.withLock { $0.lost += 1; $0.failures.append("\(error)") }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("ten reloads under load lose no request, and the new configuration takes effect")
+    func reloads() async throws {
+        let upstream = TestUpstream()
+        try await upstream.start()
+        let gateway = try TestGateway(Self.config(upstream: upstream, variant: 0))
+        let state = Load()
+        async let loading: Void = Self.load(gateway, workers: 8, state: state)
+        for variant in 1...10 {
+            try await Eventually.wait { state.tally.withLock { $0.ok } >= variant * 20 }
+            try gateway.server.reload(Self.config(upstream: upstream, variant: variant))
+        }
+        try await Eventually.wait { state.tally.withLock { $0.ok } >= 240 }
+        state.stop.store(true, ordering: .relaxed)
+        await loading
+        let result = state.tally.withLock { $0 }
+        #expect(result.lost == 0, "\(result.failures.prefix(5))")
+        #expect(result.ok >= 240)
+        #expect(try await gateway.request("GET", "/version").bodyText == "v10")
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("a drain completes every in-flight request, then stops accepting")
+    func drain() async throws {
+        let upstream = TestUpstream()
+        upstream.route("/api/slow") { request in
+            try await Task.sleep(for: .milliseconds(300))
+            return .echo(request)
+        }
+        try await upstream.start()
+        let gateway = try TestGateway(Self.config(upstream: upstream, variant: 0))
+        let connections = try (0..<20).map { _ in try gateway.connect() }
+        for connection in connections {
+            try await connection.send("GET /api/slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        }
+        try await Eventually.wait { gateway.server.inFlightRequests == 20 }
+        async let drained: Void = gateway.server.shutdown(drainDelay: .zero, grace: .seconds(30))
+        for connection in connections {
+            let response = try #require(try await connection.readResponse())
+            #expect(response.status == 200)
+            #expect(response.header("connection")?.lowercased() == "close")
+        }
+        await drained
+        #expect((try? gateway.connect()) == nil, "the listener is closed after the drain")
+        await upstream.shutdown()
+    }
+}
