@@ -84,9 +84,11 @@ struct ReloadDrainTests {
 
     @Test("a drain completes every in-flight request, then stops accepting")
     func drain() async throws {
+        // The upstream holds every request until the drain has begun.
+        let release = Gate()
         let upstream = TestUpstream()
         upstream.route("/api/slow") { request in
-            try await Task.sleep(for: .milliseconds(300))
+            await release.wait()
             return .echo(request)
         }
         try await upstream.start()
@@ -96,7 +98,9 @@ struct ReloadDrainTests {
             try await connection.send("GET /api/slow HTTP/1.1\r\nHost: x\r\n\r\n")
         }
         try await Eventually.wait { gateway.server.inFlightRequests == 20 }
-        async let drained: Void = gateway.server.shutdown(drainDelay: .zero, grace: .seconds(30))
+        async let drained: Void = gateway.server.shutdown(drainDelay: .zero, grace: .seconds(60))
+        try await Eventually.wait { gateway.server.isDraining }
+        release.open()
         for connection in connections {
             let response = try #require(try await connection.readResponse())
             #expect(response.status == 200)
@@ -105,5 +109,30 @@ struct ReloadDrainTests {
         await drained
         #expect((try? gateway.connect()) == nil, "the listener is closed after the drain")
         await upstream.shutdown()
+    }
+}
+
+/// A one-shot gate tasks can wait on.
+final class Gate: Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.open { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.open = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        waiters.forEach { $0.resume() }
     }
 }

@@ -38,6 +38,9 @@ enum Fixture {
         try await upstream.start()
         var config = UpstreamConfig(name: "test", url: URL(string: "http://127.0.0.1:\(upstream.port)\(basePath)")!)
         config.transport = transport
+        // Generous for a loaded 2-core machine (multi-MiB debug-build exchanges); tests of
+        // timeouts set their own shorter deadlines.
+        config.timeout = .seconds(60)
         configure(&config)
         let client = makeUpstreamClient(config, logger: logger)
         do {
