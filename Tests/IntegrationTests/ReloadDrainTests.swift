@@ -85,7 +85,7 @@ struct ReloadDrainTests {
     @Test("a drain completes every in-flight request, then stops accepting")
     func drain() async throws {
         // The upstream holds every request until the drain has begun.
-        let release = Gate()
+        let release = AsyncGate()
         let upstream = TestUpstream()
         upstream.route("/api/slow") { request in
             await release.wait()
@@ -109,30 +109,5 @@ struct ReloadDrainTests {
         await drained
         #expect((try? gateway.connect()) == nil, "the listener is closed after the drain")
         await upstream.shutdown()
-    }
-}
-
-/// A one-shot gate tasks can wait on.
-final class Gate: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let now = state.withLock { state -> Bool in
-                if state.open { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if now { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.open = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        waiters.forEach { $0.resume() }
     }
 }
