@@ -58,9 +58,6 @@ struct portico_mhd_config {
     int listen_backlog;
     /* MHD's own error messages; NULL: stderr */
     struct portico_log_target *log_target;
-    /* TLS, optional: PEM strings or NULL */
-    const char *tls_cert_pem;
-    const char *tls_key_pem;
 };
 
 static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_config *c) {
@@ -86,10 +83,6 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)c->connection_callback, c->connection_context };
     if (c->listen_backlog > 0)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTEN_BACKLOG_SIZE, c->listen_backlog, NULL };
-    if (c->tls_cert_pem != NULL && c->tls_key_pem != NULL) {
-        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem };
-        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem };
-    }
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
     return MHD_start_daemon(c->flags, c->port, NULL, NULL,
                             c->access_handler, c->access_context,
@@ -123,17 +116,11 @@ static inline int portico_mhd_client_address(struct MHD_Connection *c, char *buf
     return -1;
 }
 
-static inline uint64_t portico_mhd_size_unknown(void) { return MHD_SIZE_UNKNOWN; }
 
 /* The per-connection context set by MHD_OPTION_NOTIFY_CONNECTION. */
 static inline void *portico_mhd_socket_context(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info == NULL ? NULL : info->socket_context;
-}
-
-static inline int portico_mhd_connection_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return info == NULL ? -1 : info->connect_fd;
 }
 
 /* MHD_set_response_options is variadic. */

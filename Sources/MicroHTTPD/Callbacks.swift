@@ -108,7 +108,6 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         let size = uploadDataSize.pointee
         if request.body.count + size > limits.maxBodyBytes {
             // A chunked body over the limit: stop reading and close; nothing more is buffered.
-            request.bodyTooLarge = true
             request.body = []
             core.log("request body over \(limits.maxBodyBytes) bytes: closing the connection")
             return portico_no

@@ -23,7 +23,6 @@ final class RequestInProgress {
     var headers: [(name: String, value: String)] = []
     var headBytes = 0
     var body: [UInt8] = []
-    var bodyTooLarge = false
 
     init(target: String, startedAt: ContinuousClock.Instant) {
         self.target = target
