@@ -156,9 +156,11 @@ final class ServerCore: Sendable {
         }
         guard let daemon else { return }
 
-        // Stop accepting: libmicrohttpd hands back the listening socket for us to close.
+        // Stop accepting. libmicrohttpd hands back the listening socket, which must stay open
+        // until MHD_stop_daemon (its pool threads still remove it from their epoll sets; closing
+        // it early makes libmicrohttpd abort). shutdown() refuses new connections right away.
         let listenFD = MHD_quiesce_daemon(daemon.pointer)
-        if listenFD >= 0 { close(listenFD) }
+        if listenFD >= 0 { _ = Glibc.shutdown(listenFD, Int32(SHUT_RDWR)) }
 
         let clock = ContinuousClock()
         let graceDeadline = clock.now.advanced(by: grace)
@@ -182,6 +184,7 @@ final class ServerCore: Sendable {
         }
         watchdog?.cancel()
         MHD_stop_daemon(daemon.pointer)
+        if listenFD >= 0 { close(listenFD) }
         daemon.logTarget.deinitialize(count: 1)
         daemon.logTarget.deallocate()
     }
