@@ -59,6 +59,7 @@ let package = Package(
             dependencies: [
                 "Portico",
                 "PorticoTesting",
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],

@@ -23,7 +23,12 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
     switch code {
     case portico_notify_started:
         var address = [CChar](repeating: 0, count: 64)
-        let client = connection.flatMap { portico_mhd_client_address($0, &address, address.count) == 0 ? String(cString: address) : nil } ?? ""
+        let client = connection.flatMap { connection in
+            address.withUnsafeMutableBufferPointer { buffer in
+                portico_mhd_client_address(connection, buffer.baseAddress, buffer.count) == 0
+                    ? String(cString: buffer.baseAddress!) : nil
+            }
+        } ?? ""
         socketContext.pointee = Unmanaged.passRetained(ConnectionContext(clientAddress: client)).toOpaque()
     case portico_notify_closed:
         guard let raw = socketContext.pointee else { return }
