@@ -26,6 +26,8 @@ final class NIOUpstream: UpstreamClient {
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
         configuration.httpVersion = .http1Only
+        // No tracer: even the no-op default re-parses every request URL for span attributes.
+        configuration.tracing.tracer = nil
         // AsyncHTTPClient also bounds the wait for a free pooled connection by `connect`: a burst
         // larger than `max_connections` that waits longer than `connect_timeout` fails with 504.
         configuration.timeout = .init(connect: TimeAmount(config.connectTimeout), read: TimeAmount(config.timeout))
