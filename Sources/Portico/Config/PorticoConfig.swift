@@ -43,6 +43,9 @@ public struct ListenConfig: Sendable, Equatable {
     public var requestTimeout: Duration = .seconds(30)
     public var maxHeaderBytes: Int = 32 * 1024
     public var maxBodyBytes: Int = 10 * 1024 * 1024
+    /// Requests in flight at once over all routes; past it, 503 `overloaded` at once. 0: no cap
+    /// (connections are still capped by `connectionLimit`).
+    public var maxInFlight: Int = 4096
     /// On SIGTERM: keep accepting this long after /readyz turns 503 (load balancers notice).
     public var drainDelay: Duration = .zero
     /// On SIGTERM: in-flight requests get this long to finish.
@@ -127,9 +130,12 @@ public struct RouteConfig: Sendable, Equatable {
     public var middleware: [String]?
     /// Overrides `listen.request_timeout` for this route.
     public var timeout: Duration?
+    /// Requests in flight on this route at once; past it, 503 `overloaded`. `nil`: no route cap.
+    public var maxInFlight: Int?
 
     public init(name: String, match: Match, upstream: String? = nil, direct: Direct? = nil,
-                stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil) {
+                stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil,
+                maxInFlight: Int? = nil) {
         self.name = name
         self.match = match
         self.upstream = upstream
@@ -137,6 +143,7 @@ public struct RouteConfig: Sendable, Equatable {
         self.stripPrefix = stripPrefix
         self.middleware = middleware
         self.timeout = timeout
+        self.maxInFlight = maxInFlight
     }
 }
 

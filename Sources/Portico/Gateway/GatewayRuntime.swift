@@ -68,7 +68,8 @@ public final class GatewayRuntime: Sendable {
                 UpstreamEndpoint(client: upstreams[route.upstream!]!, metrics: upstreamMetrics[route.upstream!])
             }
             var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
-                              upstream: route.upstream, timeout: route.timeout, responder: endpoint)
+                              upstream: route.upstream, timeout: route.timeout,
+                              inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)), responder: endpoint)
             built.responder = MiddlewareChain(chain, endpoint: PrefixStripping(route: built, endpoint: endpoint))
             routes.append(built)
         }
