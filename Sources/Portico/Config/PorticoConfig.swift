@@ -39,6 +39,8 @@ public struct ListenConfig: Sendable, Equatable {
     public var connectionLimit: Int = 10_000
     /// Idle connections are closed after this long.
     public var idleTimeout: Duration = .seconds(60)
+    /// A request head must be complete within this (slow clients are disconnected).
+    public var headerTimeout: Duration = .seconds(10)
     /// Every request must be answered within this (head, body, chain, upstream).
     public var requestTimeout: Duration = .seconds(30)
     public var maxHeaderBytes: Int = 32 * 1024
