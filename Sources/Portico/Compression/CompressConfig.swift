@@ -30,7 +30,9 @@ public struct CompressConfig: Sendable, Equatable {
     public func compresses(contentType: String) -> Bool {
         // Server-sent events must reach the client as they are written; a gzip stream holds
         // them back until its buffers fill.
-        if let essence = MediaTypePattern.essence(of: contentType), essence == ("text", "event-stream") { return false }
+        if let essence = MediaTypePattern.essence(of: contentType), essence.type == "text", essence.subtype == "event-stream" {
+            return false
+        }
         return types.contains { $0.matches(contentType: contentType) }
     }
 }

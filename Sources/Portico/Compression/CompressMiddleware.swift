@@ -97,7 +97,7 @@ public struct CompressMiddleware: Middleware {
             return Outcome(result: .type)
         }
         let compressed: ByteBuffer?
-        do {
+        do throws(Zlib.Failure) {
             compressed = try await gzip(input)
         } catch {
             logger.warning("compression failed; sending the response uncompressed", metadata: [

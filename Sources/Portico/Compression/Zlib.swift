@@ -114,7 +114,8 @@ final class Deflater {
     private let stream: UnsafeMutablePointer<z_stream>
 
     init(format: Zlib.Format, settings: Zlib.Settings) throws(Zlib.Failure) {
-        stream = .allocate(capacity: 1)
+        // Kept local until zlib accepted it: `deinit` must only ever see an initialised stream.
+        let stream = UnsafeMutablePointer<z_stream>.allocate(capacity: 1)
         stream.initialize(to: z_stream())
         let status = portico_deflateInit2(stream, settings.level, Z_DEFLATED, format.windowBits(settings.windowBits),
                                           settings.memLevel, Z_DEFAULT_STRATEGY)
@@ -124,6 +125,7 @@ final class Deflater {
             stream.deallocate()
             throw failure
         }
+        self.stream = stream
     }
 
     deinit {
