@@ -33,13 +33,14 @@ public struct CompressMiddleware: Middleware {
         let choice = AcceptEncoding(fieldValues: request.headerFields[values: .acceptEncoding]).choice
         let requestForbidsTransform = CodingHeaders.forbidsTransform(request.headerFields)
         var response = try await next(request, context)
-        let outcome = await encode(&response, choice: choice, isHead: request.method == .head,
-                                   requestForbidsTransform: requestForbidsTransform, logger: context.logger)
-        metrics.record(route: context.route, outcome.result, bytesIn: outcome.bytesIn, bytesOut: outcome.bytesOut)
+        let report = await encode(&response, choice: choice, isHead: request.method == .head,
+                                  requestForbidsTransform: requestForbidsTransform, logger: context.logger)
+        metrics.record(route: context.route, report.result, bytesIn: report.bytesIn, bytesOut: report.bytesOut)
         return response
     }
 
-    struct Outcome {
+    /// What `encode` did, for the metrics.
+    struct Report {
         var result: CompressMetrics.Outcome
         var bytesIn = 0
         var bytesOut = 0
@@ -47,12 +48,12 @@ public struct CompressMiddleware: Middleware {
 
     /// Applies the rules in the type's comment to `response`; returns what happened.
     func encode(_ response: inout GatewayResponse, choice: AcceptEncoding.Choice, isHead: Bool,
-                requestForbidsTransform: Bool, logger: Logger) async -> Outcome {
+                requestForbidsTransform: Bool, logger: Logger) async -> Report {
         var fields = response.headerFields
         if let coding = fields[.contentEncoding], coding.trimmingWhitespace().lowercased() != "identity" {
-            return Outcome(result: .encoded)
+            return Report(result: .encoded)
         }
-        if requestForbidsTransform || CodingHeaders.forbidsTransform(fields) { return Outcome(result: .noTransform) }
+        if requestForbidsTransform || CodingHeaders.forbidsTransform(fields) { return Report(result: .noTransform) }
         let contentType = fields[.contentType]
         let status = response.status.code
         if status == 304 {
@@ -65,21 +66,21 @@ public struct CompressMiddleware: Middleware {
                 CodingHeaders.addVaryAcceptEncoding(&fields)
                 response.headerFields = fields
             }
-            return Outcome(result: .status)
+            return Report(result: .status)
         }
         if status < 200 || status == 204 || status == 206 || fields[.contentRange] != nil {
-            return Outcome(result: .status)
+            return Report(result: .status)
         }
-        guard let contentType, config.compresses(contentType: contentType) else { return Outcome(result: .type) }
+        guard let contentType, config.compresses(contentType: contentType) else { return Report(result: .type) }
         // HEAD has no body: its Content-Length says what GET would send.
         let length = isHead ? fields[.contentLength].flatMap { Int($0) } : response.body.count
-        if let length, length < config.minBytes { return Outcome(result: .tooSmall) }
+        if let length, length < config.minBytes { return Report(result: .tooSmall) }
 
         // From here the coding depends on Accept-Encoding, whichever coding this client gets.
         CodingHeaders.addVaryAcceptEncoding(&fields)
         guard choice == .gzip else {
             response.headerFields = fields
-            return Outcome(result: .notAccepted)
+            return Report(result: .notAccepted)
         }
         if isHead {
             // RFC 9110 §9.3.2 asks HEAD for the header fields GET would get, but the gzip
@@ -90,11 +91,11 @@ public struct CompressMiddleware: Middleware {
             // methods. nginx does not compress HEAD either.
             CodingHeaders.weakenETag(&fields)
             response.headerFields = fields
-            return Outcome(result: .head)
+            return Report(result: .head)
         }
         guard let input = response.body.buffer else {
             response.headerFields = fields  // a streamed body is never buffered to compress it
-            return Outcome(result: .type)
+            return Report(result: .type)
         }
         let compressed: ByteBuffer?
         do throws(Zlib.Failure) {
@@ -104,11 +105,11 @@ public struct CompressMiddleware: Middleware {
                 "zlib_stage": "\(error.stage)", "zlib_code": "\(error.code)", "zlib_message": "\(error.message ?? "")",
             ])
             response.headerFields = fields
-            return Outcome(result: .error)
+            return Report(result: .error)
         }
         guard let compressed else {
             response.headerFields = fields
-            return Outcome(result: .incompressible)
+            return Report(result: .incompressible)
         }
         fields[.contentEncoding] = "gzip"
         fields[.contentLength] = String(compressed.readableBytes)
@@ -117,7 +118,7 @@ public struct CompressMiddleware: Middleware {
         CodingHeaders.dropDigests(&fields)
         response.headerFields = fields
         response.body = Body(compressed)
-        return Outcome(result: .compressed, bytesIn: input.readableBytes, bytesOut: compressed.readableBytes)
+        return Report(result: .compressed, bytesIn: input.readableBytes, bytesOut: compressed.readableBytes)
     }
 
     /// The gzip form of `input`, or `nil` when it would not be smaller. The output buffer is
