@@ -6,18 +6,12 @@ import Testing
 /// `compress` in the real gateway, against a real loopback upstream, over both transports.
 @Suite("Response compression through the gateway")
 struct CompressionTests {
-    static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport,
-                        configure: (inout CompressConfig) -> Void = { _ in }) throws -> TestGateway {
-        var config = PorticoConfig()
-        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
-        settings.transport = transport
-        settings.connectTimeout = .seconds(30)
-        config.upstreams = ["up": settings]
-        var compress = CompressConfig()
-        configure(&compress)
-        config.middleware = ["gz": .compress(compress)]
-        config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/"), upstream: "up", middleware: ["gz"])]
-        return try TestGateway(config)
+    /// The conformance suite's gateway (`/api/…` → upstream `/base/…`) with `compress` on the route.
+    static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport) throws -> TestGateway {
+        try ProxyConformanceTests.gateway(upstream, transport) { config in
+            config.middleware = ["gz": .compress(CompressConfig())]
+            config.routes[0].middleware = ["gz"]
+        }
     }
 
     /// JSON-like text of exactly `size` bytes.
@@ -34,14 +28,13 @@ struct CompressionTests {
     @Test("bodies from 0 bytes to several MiB arrive gzip and decompress to the upstream's bytes",
           arguments: UpstreamConfig.Transport.allCases)
     func roundTrips(transport: UpstreamConfig.Transport) async throws {
-        let upstream = TestUpstream()
-        try await upstream.start()
+        let upstream = try await ProxyConformanceTests.started()
         let gateway = try Self.gateway(upstream, transport)
         for size in [0, 1, 1023, 1024, 65_536, 1_000_003, 5 * 1024 * 1024 + 3] {
             let body = Self.json(size)
-            upstream.route("/items/\(size)", TestUpstream.Response(
+            upstream.route("/base/items/\(size)", TestUpstream.Response(
                 headers: [("Content-Type", "application/json"), ("ETag", #""e\#(size)""#)], body: body))
-            let response = try await gateway.request("GET", "/items/\(size)", headers: [("Accept-Encoding", "gzip, br")])
+            let response = try await gateway.request("GET", "/api/items/\(size)", headers: [("Accept-Encoding", "gzip, br")])
             #expect(response.status == 200)
             #expect(response.header("content-length") == String(response.body.count), "size \(size)")
             if size < 1024 {
@@ -63,13 +56,12 @@ struct CompressionTests {
     @Test("a client without gzip, and one refusing identity, both get the identity bytes",
           arguments: UpstreamConfig.Transport.allCases)
     func identityClients(transport: UpstreamConfig.Transport) async throws {
-        let upstream = TestUpstream()
-        try await upstream.start()
+        let upstream = try await ProxyConformanceTests.started()
         let body = Self.json(20_000)
-        upstream.route("/doc", TestUpstream.Response(headers: [("Content-Type", "text/html; charset=utf-8")], body: body))
+        upstream.route("/base/doc", TestUpstream.Response(headers: [("Content-Type", "text/html; charset=utf-8")], body: body))
         let gateway = try Self.gateway(upstream, transport)
         for headers in [[], [("Accept-Encoding", "identity;q=0")], [("Accept-Encoding", "")], [("Accept-Encoding", "gzip;q=0, br")]] {
-            let response = try await gateway.request("GET", "/doc", headers: headers)
+            let response = try await gateway.request("GET", "/api/doc", headers: headers)
             #expect(response.status == 200, "\(headers)")
             #expect(response.header("content-encoding") == nil, "\(headers)")
             #expect(response.body == body, "\(headers)")
@@ -81,13 +73,12 @@ struct CompressionTests {
 
     @Test("HEAD gets the identity length with the GET's Vary and weak ETag", arguments: UpstreamConfig.Transport.allCases)
     func head(transport: UpstreamConfig.Transport) async throws {
-        let upstream = TestUpstream()
-        try await upstream.start()
+        let upstream = try await ProxyConformanceTests.started()
         let body = Self.json(50_000)
-        upstream.route("/doc", TestUpstream.Response(headers: [("Content-Type", "application/json"), ("ETag", #""v""#)], body: body))
+        upstream.route("/base/doc", TestUpstream.Response(headers: [("Content-Type", "application/json"), ("ETag", #""v""#)], body: body))
         let gateway = try Self.gateway(upstream, transport)
-        let head = try await gateway.request("HEAD", "/doc", headers: [("Accept-Encoding", "gzip")])
-        let get = try await gateway.request("GET", "/doc", headers: [("Accept-Encoding", "gzip")])
+        let head = try await gateway.request("HEAD", "/api/doc", headers: [("Accept-Encoding", "gzip")])
+        let get = try await gateway.request("GET", "/api/doc", headers: [("Accept-Encoding", "gzip")])
         #expect(head.status == 200)
         #expect(head.body.isEmpty)
         #expect(head.header("content-length") == "50000")
@@ -102,17 +93,16 @@ struct CompressionTests {
     @Test("an upstream's own gzip and a no-transform response pass through untouched",
           arguments: UpstreamConfig.Transport.allCases)
     func untouched(transport: UpstreamConfig.Transport) async throws {
-        let upstream = TestUpstream()
-        try await upstream.start()
+        let upstream = try await ProxyConformanceTests.started()
         let plain = Self.json(30_000)
-        upstream.route("/gz", TestUpstream.Response.gzip(plain, headers: [("Content-Type", "application/json")]))
-        upstream.route("/nt", TestUpstream.Response(headers: [("Content-Type", "application/json"),
+        upstream.route("/base/gz", TestUpstream.Response.gzip(plain, headers: [("Content-Type", "application/json")]))
+        upstream.route("/base/nt", TestUpstream.Response(headers: [("Content-Type", "application/json"),
                                                               ("Cache-Control", "no-transform")], body: plain))
         let gateway = try Self.gateway(upstream, transport)
-        let gz = try await gateway.request("GET", "/gz", headers: [("Accept-Encoding", "gzip")])
+        let gz = try await gateway.request("GET", "/api/gz", headers: [("Accept-Encoding", "gzip")])
         #expect(gz.headers("content-encoding") == ["gzip"])
         #expect(try Zlib.decompress(gz.body, limit: 1 << 20) == plain)
-        let nt = try await gateway.request("GET", "/nt", headers: [("Accept-Encoding", "gzip")])
+        let nt = try await gateway.request("GET", "/api/nt", headers: [("Accept-Encoding", "gzip")])
         #expect(nt.header("content-encoding") == nil)
         #expect(nt.header("vary") == nil)
         #expect(nt.body == plain)
@@ -122,8 +112,7 @@ struct CompressionTests {
 
     @Test("the YAML config wires compress into a route")
     func fromYAML() async throws {
-        let upstream = TestUpstream()
-        try await upstream.start()
+        let upstream = try await ProxyConformanceTests.started()
         let body = Self.json(4_000)
         upstream.route("/x", TestUpstream.Response(headers: [("Content-Type", "application/vnd.api+json")], body: body))
         let config = try ConfigLoader.load(yaml: """
