@@ -155,6 +155,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
     case auth(AuthConfig)
     case retry(RetryConfig)
     case rateLimit(RateLimitConfig)
+    case compress(CompressConfig)
 
     /// The `type:` string.
     public var typeName: String {
@@ -163,6 +164,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
         case .auth: "auth"
         case .retry: "retry"
         case .rateLimit: "rate_limit"
+        case .compress: "compress"
         }
     }
 }

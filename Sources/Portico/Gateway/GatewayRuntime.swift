@@ -99,6 +99,8 @@ public final class GatewayRuntime: Sendable {
             return RetryMiddleware(retry)
         case .rateLimit(let rateLimit):
             return RateLimitMiddleware(name: name, rateLimit)
+        case .compress(let compress):
+            return CompressMiddleware(compress)
         }
     }
 }
