@@ -146,6 +146,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
     case auth(AuthConfig)
     case retry(RetryConfig)
     case rateLimit(RateLimitConfig)
+    case cache(CacheConfig)
 
     /// The `type:` string.
     public var typeName: String {
@@ -154,6 +155,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
         case .auth: "auth"
         case .retry: "retry"
         case .rateLimit: "rate_limit"
+        case .cache: "cache"
         }
     }
 }

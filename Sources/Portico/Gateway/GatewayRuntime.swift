@@ -8,6 +8,8 @@ public final class GatewayRuntime: Sendable {
     public let upstreams: [String: any UpstreamClient]
     /// One provider per credential; a reload hands unchanged ones (and their tokens) over.
     public let credentials: CredentialStore
+    /// Caches, whose background refreshes end with the runtime.
+    public let caches: [CacheMiddleware]
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
@@ -74,10 +76,14 @@ public final class GatewayRuntime: Sendable {
         }
         self.router = Router(routes: routes)
         self.upstreams = upstreams
+        self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }
     }
 
     /// Releases upstream connections. Called once no request uses this runtime.
     public func shutdown() async {
+        for cache in caches {
+            await cache.shutdown()
+        }
         for client in upstreams.values {
             await client.shutdown()
         }
@@ -98,6 +104,8 @@ public final class GatewayRuntime: Sendable {
             return RetryMiddleware(retry)
         case .rateLimit(let rateLimit):
             return RateLimitMiddleware(name: name, rateLimit)
+        case .cache(let cache):
+            return CacheMiddleware(name: name, cache)
         }
     }
 }
