@@ -139,7 +139,7 @@ struct CacheTests {
         let upstream = TestUpstream()
         let plain = Array("hello, hello, hello, hello".utf8)
         upstream.route("/api/text") { request in
-            let headers = [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")]
+            let headers: [(name: String, value: String)] = [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")]
             if request.values("Accept-Encoding").joined().contains("gzip") { return .gzip(plain, headers: headers) }
             return TestUpstream.Response(status: 200, headers: headers, body: plain)
         }
@@ -165,7 +165,7 @@ struct CacheTests {
             TestUpstream.Response(status: 200, headers: [("Cache-Control", "max-age=600")],
                                   body: String(repeating: "b", count: 1500) + (request.query ?? ""))
         }
-        // Each entry is a bit over 1.5 KiB: four fit in 8 KiB, five do not.
+        // Each entry holds about 2 KiB (body, fields, key): five do not fit in 8 KiB.
         try await withCachingGateway(upstream, clock: ManualClock(), { $0.maxBytes = 8 << 10 }) { gateway in
             for i in 1...5 { _ = try await gateway.request("GET", "/api/blob?\(i)") }
             #expect(upstream.hits("/api/blob") == 5)

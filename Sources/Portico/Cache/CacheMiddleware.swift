@@ -46,7 +46,7 @@ public struct CacheMiddleware: Middleware {
         (request.head.authority ?? "").lowercased() + "\u{0}" + request.target
     }
 
-    public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
+    public func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse {
         switch request.method {
         case .get, .head:
             break
@@ -342,7 +342,7 @@ public struct CacheMiddleware: Middleware {
     }
 
     /// The origin-form target `reference` points to, when it is on the request's own authority.
-    static func sameOriginTarget(_ reference: String, authority: String?, base: String) -> String? {
+    public static func sameOriginTarget(_ reference: String, authority: String?, base: String) -> String? {
         guard let authority, let baseURL = URL(string: "http://\(authority)\(base)"),
               let resolved = URL(string: reference.trimmingWhitespace(), relativeTo: baseURL)?.absoluteURL,
               let components = URLComponents(url: resolved, resolvingAgainstBaseURL: true),

@@ -16,12 +16,14 @@ public struct RequestDirectives: Sendable, Equatable {
     /// `Authorization` is present (§3.5).
     public var hasAuthorization = false
 
+    static let pragma = HTTPField.Name("Pragma")!
+
     public init() {}
 
     public init(_ fields: HTTPFields) {
         let cacheControl = CacheControl(fields)
         if cacheControl.isEmpty {
-            noCache = fields[values: .pragma].contains { value in
+            noCache = fields[values: Self.pragma].contains { value in
                 value.split(separator: ",").contains { $0.trimmingWhitespace().lowercased() == "no-cache" }
             }
         } else {
