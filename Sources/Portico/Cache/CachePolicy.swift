@@ -129,6 +129,9 @@ public struct CachePolicy: Sendable {
             if replaced.insert(field.name).inserted { fields[values: field.name] = [] }
             fields.append(field)
         }
+        // A 304 without Date is dated on receipt, as a stored response without one is: the stored
+        // Date would otherwise count the time since the first fetch as age.
+        if notModified.headerFields[.date] == nil { fields[.date] = HTTPDate.format(responseTime) }
         var updated = entry
         updated.headerFields = fields
         updated.freshness = ResponseFreshness(status: entry.status.code, headerFields: fields, requestTime: requestTime,

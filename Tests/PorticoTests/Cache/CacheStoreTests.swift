@@ -68,12 +68,13 @@ struct CacheStoreTests {
 
     @Test("many keys churned through a small store stay within bounds")
     func churn() {
-        let size = entry("/0").size
+        // Paths of one length, so every entry has the same size.
+        let size = entry("/1000").size
         let store = InMemoryCacheStore(maxBytes: size * 10)
         var evictions = 0
-        for i in 0..<500 {
+        for i in 1000..<1500 {
             evictions += store.insert(entry("/\(i)")).evictions
-            _ = store.variants(for: "api.test\u{0}/\(i / 2)")
+            _ = store.variants(for: "api.test\u{0}/\(1000 + (i - 1000) / 2)")
         }
         #expect(store.keyCount == 10)
         #expect(store.storedBytes == size * 10)
