@@ -5,12 +5,10 @@ import PorticoTesting
 import Testing
 
 /// `/api/` proxied to `port` through `[log, cache]` (plus `auth` with a static credential when asked).
-func cacheConfig(upstreamPort: Int, _ configure: (inout CacheConfig) -> Void = { _ in }, withAuth: Bool = false) -> PorticoConfig {
+func cacheConfig(upstreamPort: Int, _ cache: CacheConfig, withAuth: Bool = false) -> PorticoConfig {
     var config = PorticoConfig()
     config.upstreams["app"] = UpstreamConfig(name: "app", url: URL(string: "http://127.0.0.1:\(upstreamPort)")!)
     config.upstreams["app"]?.transport = .nio
-    var cache = CacheConfig()
-    configure(&cache)
     config.middleware["log"] = .accessLog(AccessLogConfig())
     config.middleware["cache"] = .cache(cache)
     var chain = ["log", "cache"]
@@ -23,29 +21,13 @@ func cacheConfig(upstreamPort: Int, _ configure: (inout CacheConfig) -> Void = {
     return config
 }
 
-/// Runs `body` with a started upstream and a gateway on `clock`, stopping both afterwards.
+/// `withGateway` for the cache's configuration, on `clock`.
 func withCachingGateway(_ upstream: TestUpstream, clock: ManualClock, logger: Logger? = nil,
-                        _ configure: @escaping (inout CacheConfig) -> Void = { _ in }, withAuth: Bool = false,
+                        _ configure: (inout CacheConfig) -> Void = { _ in }, withAuth: Bool = false,
                         _ body: (TestGateway) async throws -> Void) async throws {
-    try await upstream.start()
-    let gateway: TestGateway
-    do {
-        let config = cacheConfig(upstreamPort: upstream.port, configure, withAuth: withAuth)
-        gateway = try TestGateway(config, logger: logger ?? Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-                                  clock: clock)
-    } catch {
-        await upstream.shutdown()
-        throw error
-    }
-    do {
-        try await body(gateway)
-    } catch {
-        await gateway.stop()
-        await upstream.shutdown()
-        throw error
-    }
-    await gateway.stop()
-    await upstream.shutdown()
+    var cache = CacheConfig()
+    configure(&cache)
+    try await withGateway(upstream, { cacheConfig(upstreamPort: $0, cache, withAuth: withAuth) }, logger: logger, clock: clock, body)
 }
 
 extension TestGateway {
