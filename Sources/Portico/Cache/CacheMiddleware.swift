@@ -183,8 +183,15 @@ public struct CacheMiddleware: Middleware {
             if let updated = policy.freshen(stored, with: response, requestTime: requestTime, responseTime: responseTime,
                                             now: now, excludingFields: excluded) {
                 metrics.revalidated("not_modified")
-                let keep = !directives.noStore && !CacheControl(response.headerFields).contains("no-store")
-                metrics.record(keep ? store.insert(updated) : store.removeAll(for: key))
+                // The upstream forbidding storage drops the entry; a client's no-store only
+                // keeps this exchange out of the cache.
+                let upstreamNoStore = CacheControl(response.headerFields).contains("no-store")
+                let keep = !directives.noStore && !upstreamNoStore
+                if keep {
+                    metrics.record(store.insert(updated))
+                } else if upstreamNoStore {
+                    metrics.record(store.removeAll(for: key))
+                }
                 let status = CacheStatus(.revalidated, forward: reason, forwardStatus: 304,
                                          ttl: updated.ttlSeconds(at: now), stored: keep)
                 return (serve(updated, to: request, context: context, validated: true, status: status), keep ? updated : nil)
@@ -261,14 +268,17 @@ public struct CacheMiddleware: Middleware {
                                      context: RequestContext, next: @escaping NextHandler) {
         let clock = context.clock
         let timeout = config.revalidationTimeout
-        refresher.start(key) { [self] in
+        // A HEAD may trigger the refresh, but only a GET's response can replace the entry.
+        var refreshRequest = request
+        refreshRequest.head.method = .get
+        refresher.start(key) { [self, refreshRequest] in
             guard case .leader(let flight) = coalescer.join(key) else { return }  // a fetch is already under way
             let refreshContext = RequestContext(requestID: context.requestID, route: context.route, upstream: context.upstream,
                                                 deadline: clock.now.advanced(by: timeout), logger: context.logger, clock: clock)
-            var directives = RequestDirectives(request.headerFields)
+            var directives = RequestDirectives(refreshRequest.headerFields)
             directives.noCache = false
             do {
-                let result = try await forward(request, key: key, stored: stored, reason: .stale, directives: directives,
+                let result = try await forward(refreshRequest, key: key, stored: stored, reason: .stale, directives: directives,
                                                context: refreshContext, next: next)
                 coalescer.finish(key, flight, result.stored.map(RequestCoalescer.Outcome.stored) ?? .notShared)
             } catch {

@@ -183,6 +183,22 @@ struct CacheMiddlewareTests {
         #expect(upstream.calls == 2)
     }
 
+    @Test("a HEAD in the stale-while-revalidate window refreshes the entry with a GET")
+    func headTriggersGetRefresh() async throws {
+        let cache = cache { $0.staleWhileRevalidate = .seconds(30) }
+        let upstream = ScriptedUpstream { n, request in
+            CacheFixture.response(headers: [("Cache-Control", "max-age=10")], body: request.method == .head ? "" : "body \(n)")
+        }
+        _ = try await send(cache, upstream)
+        clock.advance(by: .seconds(15))
+        let (head, log) = try await send(cache, upstream, .head)
+        #expect(head.body.count == 0 && head.headerFields[.contentLength] == "6" && log == "stale")
+        try await Eventually.wait { upstream.calls == 2 && cache.backgroundRefreshes == 0 }
+        #expect(upstream.requests.last?.method == .get)
+        let (get, getLog) = try await send(cache, upstream)
+        #expect(get.text == "body 2" && getLog == "hit")
+    }
+
     @Test("shutdown cancels a background refresh stuck on the upstream")
     func shutdownCancelsRefresh() async throws {
         let cache = cache { $0.staleWhileRevalidate = .seconds(30) }
