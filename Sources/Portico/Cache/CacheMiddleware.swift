@@ -109,10 +109,16 @@ public struct CacheMiddleware: Middleware {
     /// A miss or a validation, coalesced with concurrent ones for the same key.
     private func fetch(_ request: GatewayRequest, key: String, stored: CacheEntry?, reason: CacheStatus.Forward,
                        directives: RequestDirectives, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
-        switch coalescer.join(key) {
+        switch coalescer.join(key, at: context.clock.now) {
         case .follower(let flight):
             metrics.coalesced.increment()
-            let outcome = try await flight.wait(until: context.deadline, clock: context.clock)
+            let outcome: RequestCoalescer.Outcome
+            do {
+                outcome = try await flight.wait(until: context.deadline, clock: context.clock)
+            } catch var error as GatewayError {
+                record(CacheStatus(.collapsed, forward: reason, collapsed: true), in: &error.headerFields, context: context)
+                throw error
+            }
             if case .stored(let entry) = outcome, entry.vary.matches(request.headerFields),
                !directives.hasAuthorization || entry.freshness.sharedWithAuthorization {
                 // Fetched after this request arrived: as fresh as its own fetch would have been.
@@ -126,7 +132,13 @@ public struct CacheMiddleware: Middleware {
             do {
                 let result = try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
                                                context: context, next: next)
-                coalescer.finish(key, flight, result.stored.map(RequestCoalescer.Outcome.stored) ?? .notShared)
+                if let entry = result.stored {
+                    coalescer.finish(key, flight, .stored(entry))
+                } else {
+                    // An uncacheable answer marks the key, so concurrent requests for it stop
+                    // queueing behind each other; a failure does not.
+                    coalescer.finish(key, flight, .notShared, uncacheableAt: result.uncacheable ? context.clock.now : nil)
+                }
                 return result.response
             } catch {
                 coalescer.finish(key, flight, .notShared)
@@ -142,7 +154,7 @@ public struct CacheMiddleware: Middleware {
     /// stored, and falls back to `stored` where `stale-if-error` allows.
     private func forward(_ request: GatewayRequest, key: String, stored: CacheEntry?, reason: CacheStatus.Forward,
                          directives: RequestDirectives, context: RequestContext,
-                         next: NextHandler) async throws -> (response: GatewayResponse, stored: CacheEntry?) {
+                         next: NextHandler) async throws -> Fetched {
         let clock = context.clock
         var upstreamRequest = request
         // The client's validators are answered here, against the full response, so that the
@@ -164,7 +176,7 @@ public struct CacheMiddleware: Middleware {
         } catch {
             if validating { metrics.revalidated("failed") }
             if let stored, policy.canServeStaleOnError(stored, for: directives, at: clock.now) {
-                return (serveStaleOnError(stored, to: request, context: context, reason: reason, upstreamStatus: nil), nil)
+                return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason, upstreamStatus: nil))
             }
             if !validating { metrics.misses.increment() }
             let status = CacheStatus(.miss, forward: reason)
@@ -194,7 +206,8 @@ public struct CacheMiddleware: Middleware {
                 }
                 let status = CacheStatus(.revalidated, forward: reason, forwardStatus: 304,
                                          ttl: updated.ttlSeconds(at: now), stored: keep)
-                return (serve(updated, to: request, context: context, validated: true, status: status), keep ? updated : nil)
+                return Fetched(response: serve(updated, to: request, context: context, validated: true, status: status),
+                               stored: keep ? updated : nil)
             }
             // The 304 describes another response than the stored one: ask again, unconditionally.
             return try await forward(request, key: key, stored: nil, reason: reason, directives: directives,
@@ -203,8 +216,8 @@ public struct CacheMiddleware: Middleware {
         if let stored, CachePolicy.isServerError(response.status),
            policy.canServeStaleOnError(stored, for: directives, at: now) {
             if validating { metrics.revalidated("failed") }
-            return (serveStaleOnError(stored, to: request, context: context, reason: reason,
-                                      upstreamStatus: response.status.code), nil)
+            return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason,
+                                                       upstreamStatus: response.status.code))
         }
         if validating {
             metrics.revalidated(CachePolicy.isServerError(response.status) ? "failed" : "modified")
@@ -234,7 +247,16 @@ public struct CacheMiddleware: Middleware {
             outgoing = ConditionalRequest.notModified(from: response)
         }
         record(status, in: &outgoing.headerFields, context: context)
-        return (outgoing, entry)
+        return Fetched(response: outgoing, stored: entry, uncacheable: entry == nil && response.status.code < 500)
+    }
+
+    /// What one upstream exchange produced.
+    struct Fetched {
+        var response: GatewayResponse
+        /// The entry stored from it, which waiting requests may share.
+        var stored: CacheEntry?
+        /// The upstream answered with something that may not be stored.
+        var uncacheable = false
     }
 
     /// The entry for a full response, or `nil` when it may not (or need not) be stored.
@@ -272,7 +294,7 @@ public struct CacheMiddleware: Middleware {
         var refreshRequest = request
         refreshRequest.head.method = .get
         refresher.start(key) { [self, refreshRequest] in
-            guard case .leader(let flight) = coalescer.join(key) else { return }  // a fetch is already under way
+            guard case .leader(let flight) = coalescer.join(key, at: clock.now) else { return }  // a fetch is already under way
             let refreshContext = RequestContext(requestID: context.requestID, route: context.route, upstream: context.upstream,
                                                 deadline: clock.now.advanced(by: timeout), logger: context.logger, clock: clock)
             var directives = RequestDirectives(refreshRequest.headerFields)

@@ -82,32 +82,54 @@ public final class RequestCoalescer: Sendable {
         case alone
     }
 
-    private let flights = Mutex<[String: Flight]>([:])
-    public let limit: Int
-
-    public init(limit: Int) {
-        self.limit = limit
+    private struct Table {
+        var flights: [String: Flight] = [:]
+        /// Keys whose last response could not be stored, until when: requests for them skip
+        /// the wait ("hit-for-pass"), so an uncacheable URI is not serialised behind itself.
+        var passUntil: [String: ContinuousClock.Instant] = [:]
     }
 
-    public var inFlight: Int { flights.withLock { $0.count } }
+    private let table = Mutex(Table())
+    public let limit: Int
+    /// How long a key stays marked uncacheable after a response that could not be stored.
+    public let passDuration: Duration
+
+    public init(limit: Int, passDuration: Duration = .seconds(10)) {
+        self.limit = limit
+        self.passDuration = passDuration
+    }
+
+    public var inFlight: Int { table.withLock { $0.flights.count } }
 
     /// Requests waiting on some flight (diagnostics and tests).
-    public var waiting: Int { flights.withLock { $0.values.reduce(0) { $0 + $1.waiterCount } } }
+    public var waiting: Int { table.withLock { $0.flights.values.reduce(0) { $0 + $1.waiterCount } } }
 
-    public func join(_ key: String) -> Role {
-        flights.withLock { flights in
-            if let flight = flights[key] { return .follower(flight) }
-            guard flights.count < limit else { return .alone }
+    public func join(_ key: String, at now: ContinuousClock.Instant) -> Role {
+        table.withLock { table in
+            if let flight = table.flights[key] { return .follower(flight) }
+            if let until = table.passUntil[key] {
+                if now < until { return .alone }
+                table.passUntil[key] = nil
+            }
+            guard table.flights.count < limit else { return .alone }
             let flight = Flight()
-            flights[key] = flight
+            table.flights[key] = flight
             return .leader(flight)
         }
     }
 
-    /// Publishes the leader's outcome and frees the key for the next fetch.
-    public func finish(_ key: String, _ flight: Flight, _ outcome: Outcome) {
-        flights.withLock { flights in
-            if flights[key] === flight { flights[key] = nil }
+    /// Publishes the leader's outcome and frees the key for the next fetch. `uncacheable`
+    /// marks the key so the next requests within `passDuration` go upstream without waiting.
+    public func finish(_ key: String, _ flight: Flight, _ outcome: Outcome, uncacheableAt now: ContinuousClock.Instant? = nil) {
+        table.withLock { table in
+            if table.flights[key] === flight { table.flights[key] = nil }
+            guard let now else { return }
+            if table.passUntil.count >= limit {
+                table.passUntil = table.passUntil.filter { $0.value > now }
+                // Still full of live marks: forget one; the worst case is one more wait.
+                if table.passUntil.count >= limit, let any = table.passUntil.keys.first { table.passUntil[any] = nil }
+            }
+            table.passUntil[key] = now.advanced(by: passDuration)
         }
         flight.finish(outcome)
     }

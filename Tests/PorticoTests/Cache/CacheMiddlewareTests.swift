@@ -260,6 +260,24 @@ struct CacheMiddlewareTests {
         #expect(upstream.calls == 2)
     }
 
+    @Test("after an uncacheable answer, concurrent requests for the URI do not queue behind each other")
+    func hitForPass() async throws {
+        let cache = cache()
+        let gate = AsyncGate()
+        let upstream = ScriptedUpstream { n, _ in
+            if n > 1 { await gate.wait() }
+            return CacheFixture.response(headers: [("Cache-Control", "no-store")], body: "live \(n)")
+        }
+        _ = try await send(cache, upstream)
+        async let second = send(cache, upstream)
+        async let third = send(cache, upstream)
+        try await Eventually.wait { upstream.calls == 3 }  // both reached the held upstream
+        #expect(cache.waitingRequests == 0)
+        gate.open()
+        let (b, c) = try await (second, third)
+        #expect(Set([b.0.text, c.0.text]) == ["live 2", "live 3"])
+    }
+
     @Test("Vary: each Accept-Encoding gets its own variant")
     func vary() async throws {
         let cache = cache()

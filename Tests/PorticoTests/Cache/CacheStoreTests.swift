@@ -88,8 +88,8 @@ struct CoalescingTests {
     func leaderAndFollowers() async throws {
         let clock = ManualClock()
         let coalescer = RequestCoalescer(limit: 10)
-        guard case .leader(let flight) = coalescer.join("k") else { Issue.record("expected leader"); return }
-        guard case .follower(let same) = coalescer.join("k") else { Issue.record("expected follower"); return }
+        guard case .leader(let flight) = coalescer.join("k", at: .now) else { Issue.record("expected leader"); return }
+        guard case .follower(let same) = coalescer.join("k", at: .now) else { Issue.record("expected follower"); return }
         #expect(same === flight)
         let waiter = Task { try await same.wait(until: clock.now.advanced(by: .seconds(30)), clock: clock) }
         try await Eventually.wait { flight.waiterCount == 1 }
@@ -97,14 +97,14 @@ struct CoalescingTests {
         let outcome = try await waiter.value
         guard case .notShared = outcome else { Issue.record("expected notShared"); return }
         // The key is free again.
-        guard case .leader = coalescer.join("k") else { Issue.record("expected a new leader"); return }
+        guard case .leader = coalescer.join("k", at: .now) else { Issue.record("expected a new leader"); return }
     }
 
     @Test("a follower gives up at its own deadline")
     func followerDeadline() async throws {
         let clock = ManualClock()
         let coalescer = RequestCoalescer(limit: 10)
-        guard case .leader(let flight) = coalescer.join("k") else { Issue.record("expected leader"); return }
+        guard case .leader(let flight) = coalescer.join("k", at: .now) else { Issue.record("expected leader"); return }
         let waiter = Task { try await flight.wait(until: clock.now.advanced(by: .seconds(2)), clock: clock) }
         await clock.waitForSleepers(1)
         clock.advance(by: .seconds(2))
@@ -117,7 +117,7 @@ struct CoalescingTests {
     func followerCancelled() async throws {
         let clock = ManualClock()
         let coalescer = RequestCoalescer(limit: 10)
-        guard case .leader(let flight) = coalescer.join("k") else { Issue.record("expected leader"); return }
+        guard case .leader(let flight) = coalescer.join("k", at: .now) else { Issue.record("expected leader"); return }
         let waiter = Task { try await flight.wait(until: clock.now.advanced(by: .seconds(30)), clock: clock) }
         try await Eventually.wait { flight.waiterCount == 1 }
         waiter.cancel()
@@ -125,12 +125,22 @@ struct CoalescingTests {
         #expect(flight.waiterCount == 0)
     }
 
+    @Test("after an uncacheable answer the key is passed through without waiting, for a while")
+    func hitForPass() {
+        let coalescer = RequestCoalescer(limit: 10, passDuration: .seconds(10))
+        let start = ContinuousClock.now
+        guard case .leader(let flight) = coalescer.join("k", at: start) else { Issue.record("expected leader"); return }
+        coalescer.finish("k", flight, .notShared, uncacheableAt: start)
+        guard case .alone = coalescer.join("k", at: start.advanced(by: .seconds(9))) else { Issue.record("expected alone"); return }
+        guard case .leader = coalescer.join("k", at: start.advanced(by: .seconds(10))) else { Issue.record("expected leader again"); return }
+    }
+
     @Test("the table is bounded: past the limit requests go alone")
     func bounded() {
         let coalescer = RequestCoalescer(limit: 2)
-        _ = coalescer.join("a")
-        _ = coalescer.join("b")
-        guard case .alone = coalescer.join("c") else { Issue.record("expected alone"); return }
+        _ = coalescer.join("a", at: .now)
+        _ = coalescer.join("b", at: .now)
+        guard case .alone = coalescer.join("c", at: .now) else { Issue.record("expected alone"); return }
         #expect(coalescer.inFlight == 2)
     }
 
