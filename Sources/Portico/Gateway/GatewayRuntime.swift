@@ -16,19 +16,22 @@ public final class GatewayRuntime: Sendable {
         public var description: String
     }
 
-    /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens.
+    /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens and
+    /// unchanged caches their stored responses.
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
                             previous: GatewayRuntime? = nil) throws {
         let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
         do {
-            try self.init(config: config, logger: logger, clock: clock, credentials: credentials)
+            try self.init(config: config, logger: logger, clock: clock, credentials: credentials,
+                          previousCaches: previous?.caches ?? [])
         } catch {
             credentials.discard()
             throw error
         }
     }
 
-    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore) throws {
+    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore,
+                 previousCaches: [CacheMiddleware]) throws {
         self.config = config
         self.credentials = credentials
         // Everything that can fail comes first: upstream clients own connection pools that must
@@ -38,6 +41,7 @@ public final class GatewayRuntime: Sendable {
             middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock,
                                                        credentials: credentials)
         }
+        CacheMiddleware.keepStores(of: previousCaches, in: &middleware)
         var chains: [[any Middleware]] = []
         for route in config.routes {
             let names = route.middleware ?? config.defaults.middleware
