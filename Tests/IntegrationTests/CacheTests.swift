@@ -96,6 +96,29 @@ struct CacheTests {
         }
     }
 
+    @Test("stale-while-revalidate: the stale entry answers at once and a background request refreshes it")
+    func staleWhileRevalidate() async throws {
+        let upstream = TestUpstream()
+        let version = CallCounter()
+        upstream.route("/api/feed") { _ in
+            TestUpstream.Response(status: 200, headers: [("Cache-Control", "max-age=1, stale-while-revalidate=60")],
+                                  body: "v\(version.next())")
+        }
+        let clock = ManualClock()
+        try await withCachingGateway(upstream, clock: clock) { gateway in
+            #expect(try await gateway.request("GET", "/api/feed").bodyText == "v1")
+            clock.advance(by: .seconds(5))
+            let stale = try await gateway.request("GET", "/api/feed")
+            #expect(stale.bodyText == "v1")
+            #expect(stale.header("Cache-Status") == "portico; hit; ttl=-4; detail=stale-while-revalidate")
+            try await Eventually.wait(timeout: .seconds(60), "the background refresh") {
+                upstream.hits("/api/feed") == 2 && gateway.cache?.backgroundRefreshes == 0
+            }
+            let refreshed = try await gateway.request("GET", "/api/feed")
+            #expect(refreshed.bodyText == "v2" && refreshed.header("Cache-Status") == "portico; hit; ttl=1")
+        }
+    }
+
     @Test("stale-if-error: with the upstream down, the stale entry is served")
     func staleIfErrorUpstreamDown() async throws {
         let upstream = TestUpstream()
