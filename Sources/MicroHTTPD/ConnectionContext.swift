@@ -55,14 +55,21 @@ final class ConnectionTimer: Sendable {
         var closed = false
     }
 
-    /// The socket. libmicrohttpd closes it only after its close notification, which takes the
-    /// same lock as `expire`: a shutdown can never reach a descriptor the kernel has reused.
+    /// Our own duplicate of the connection's descriptor (or -1), closed when the connection
+    /// closes. Shutting it down shuts the socket down for libmicrohttpd too, and since the number
+    /// is ours until we close it, it can never name another socket the process opened since.
     private let socket: Int32
     private let state: Mutex<State>
 
     init(socket: Int32, deadline: ContinuousClock.Instant) {
-        self.socket = socket
+        self.socket = socket >= 0 ? dup(socket) : -1
         self.state = Mutex(State(deadline: deadline))
+    }
+
+    deinit {
+        state.withLock { state in
+            if !state.closed && socket >= 0 { close(socket) }
+        }
     }
 
     /// Sets (or with `nil`, clears) the deadline for `phase`.
@@ -81,11 +88,14 @@ final class ConnectionTimer: Sendable {
         }
     }
 
-    /// Called from the close notification: the socket is about to be closed.
+    /// The connection is over (its close notification, or the server stopped): no more deadline,
+    /// and the duplicate descriptor is closed.
     func markClosed() {
         state.withLock { state in
+            guard !state.closed else { return }
             state.closed = true
             state.deadline = nil
+            if socket >= 0 { close(socket) }
         }
     }
 

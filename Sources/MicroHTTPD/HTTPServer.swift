@@ -185,7 +185,14 @@ final class ServerCore: Sendable {
             return state.watchdog
         }
         watchdog?.cancel()
+        await watchdog?.value
         MHD_stop_daemon(daemon.pointer)
+        // Connections libmicrohttpd closed without a close notification keep no descriptor of ours.
+        let timers = state.withLock { state in
+            defer { state.connections.removeAll() }
+            return Array(state.connections.values)
+        }
+        for timer in timers { timer.markClosed() }
         if listenFD >= 0 { close(listenFD) }
         daemon.logTarget.deinitialize(count: 1)
         daemon.logTarget.deallocate()
@@ -199,7 +206,7 @@ final class ServerCore: Sendable {
         let grace = Duration.milliseconds(250)
         var tick = 0
         while !Task.isCancelled {
-            try? await Task.sleep(for: interval)
+            do { try await Task.sleep(for: interval) } catch { return }
             tick += 1
             if tick % 10 == 0 { expireSlowConnections() }
             let now = ContinuousClock.now

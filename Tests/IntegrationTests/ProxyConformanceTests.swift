@@ -178,7 +178,7 @@ struct ProxyConformanceTests {
         #expect(response.status == 504)
         let body = try JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
         #expect(body.error == "upstream_timeout")
-        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(ContinuousClock.now - started < .seconds(30))  // .never would hang until the 30 s listener deadline + grace
         await gateway.stop()
         await upstream.shutdown()
     }

@@ -10,12 +10,15 @@ import Testing
 struct ReloadDrainTests {
     static func config(upstream: TestUpstream, variant: Int) -> PorticoConfig {
         var config = PorticoConfig()
+        config.listen.requestTimeout = .seconds(300)
         var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
         settings.transport = variant % 2 == 0 ? .nio : .urlsession
         settings.connectTimeout = .seconds(30)
+        settings.timeout = .seconds(300)
         config.upstreams = ["up": settings]
         config.routes = [
-            RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", timeout: .seconds(20 + variant)),
+            // Deadlines far beyond the test's length: the drain test holds requests while a loaded machine catches up.
+            RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", timeout: .seconds(200 + variant)),
             RouteConfig(name: "version", match: .init(path: "/version"), direct: .init(status: 200, body: "v\(variant)")),
         ]
         return config

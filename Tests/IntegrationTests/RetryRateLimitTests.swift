@@ -69,11 +69,12 @@ func quickRetry(_ configure: (inout RetryConfig) -> Void = { _ in }) -> RetryCon
 
 /// Runs `body` with a started upstream and gateway, stopping both afterwards.
 func withGateway<T>(_ upstream: TestUpstream, _ config: (Int) -> PorticoConfig, logger: Logger? = nil,
-                    _ body: (TestGateway) async throws -> T) async throws -> T {
+                    clock: any GatewayClock = SystemClock(), _ body: (TestGateway) async throws -> T) async throws -> T {
     try await upstream.start()
     let gateway: TestGateway
     do {
-        gateway = if let logger { try TestGateway(config(upstream.port), logger: logger) } else { try TestGateway(config(upstream.port)) }
+        gateway = try TestGateway(config(upstream.port), logger: logger ?? Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+                                  clock: clock)
     } catch {
         await upstream.shutdown()
         throw error

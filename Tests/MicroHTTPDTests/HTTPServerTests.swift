@@ -32,7 +32,7 @@ let echo: HTTPServer.Handler = { request in
 }
 
 /// Polls `condition` until it holds or `timeout` passes (for conditions with no event to await).
-func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+func eventually(timeout: Duration = .seconds(30), _ condition: () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now.advanced(by: timeout)
     while ContinuousClock.now < deadline {
         if condition() { return true }
@@ -119,7 +119,8 @@ struct HTTPServerTests {
             if request.target == "/slow" { await release.wait() }
             return ServerResponse(status: 200, body: Array("ok".utf8))
         }
-        try await withServer({ $0.threads = 1 }, handler: handler) { server in
+        // A generous deadline: the slow request waits out 20 others, which on a loaded machine can take long.
+        try await withServer({ $0.threads = 1; $0.requestTimeout = .seconds(300) }, handler: handler) { server in
             let slow = try RawHTTPConnection(port: Int(server.port))
             try await slow.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(await eventually { server.inFlightRequests == 1 })

@@ -156,6 +156,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
     case retry(RetryConfig)
     case rateLimit(RateLimitConfig)
     case compress(CompressConfig)
+    case cache(CacheConfig)
 
     /// The `type:` string.
     public var typeName: String {
@@ -165,6 +166,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
         case .retry: "retry"
         case .rateLimit: "rate_limit"
         case .compress: "compress"
+        case .cache: "cache"
         }
     }
 }

@@ -19,8 +19,11 @@ public typealias NextHandler = @Sendable (GatewayRequest, RequestContext) async 
 ///     }
 /// }
 /// ```
+///
+/// `next` is escaping so a middleware may keep calling it after answering (the cache's
+/// background refresh); implementations that only call it inline can declare it non-escaping.
 public protocol Middleware: Sendable {
-    func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse
+    func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse
 }
 
 /// The endpoint a chain ends in: an upstream, or a direct response.

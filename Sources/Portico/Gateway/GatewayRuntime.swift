@@ -8,25 +8,30 @@ public final class GatewayRuntime: Sendable {
     public let upstreams: [String: any UpstreamClient]
     /// One provider per credential; a reload hands unchanged ones (and their tokens) over.
     public let credentials: CredentialStore
+    /// Caches, whose background refreshes end with the runtime.
+    public let caches: [CacheMiddleware]
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
         public var description: String
     }
 
-    /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens.
+    /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens and
+    /// unchanged caches their stored responses.
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
                             previous: GatewayRuntime? = nil) throws {
         let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
         do {
-            try self.init(config: config, logger: logger, clock: clock, credentials: credentials)
+            try self.init(config: config, logger: logger, clock: clock, credentials: credentials,
+                          previousCaches: previous?.caches ?? [])
         } catch {
             credentials.discard()
             throw error
         }
     }
 
-    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore) throws {
+    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore,
+                 previousCaches: [CacheMiddleware]) throws {
         self.config = config
         self.credentials = credentials
         // Everything that can fail comes first: upstream clients own connection pools that must
@@ -36,6 +41,7 @@ public final class GatewayRuntime: Sendable {
             middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock,
                                                        credentials: credentials)
         }
+        CacheMiddleware.keepStores(of: previousCaches, in: &middleware)
         var chains: [[any Middleware]] = []
         for route in config.routes {
             let names = route.middleware ?? config.defaults.middleware
@@ -75,10 +81,14 @@ public final class GatewayRuntime: Sendable {
         }
         self.router = Router(routes: routes)
         self.upstreams = upstreams
+        self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }
     }
 
     /// Releases upstream connections. Called once no request uses this runtime.
     public func shutdown() async {
+        for cache in caches {
+            await cache.shutdown()
+        }
         for client in upstreams.values {
             await client.shutdown()
         }
@@ -101,6 +111,8 @@ public final class GatewayRuntime: Sendable {
             return RateLimitMiddleware(name: name, rateLimit)
         case .compress(let compress):
             return CompressMiddleware(compress)
+        case .cache(let cache):
+            return CacheMiddleware(name: name, cache)
         }
     }
 }

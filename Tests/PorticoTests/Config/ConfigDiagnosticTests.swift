@@ -199,15 +199,15 @@ struct ConfigDiagnosticTests {
               idp: { type: static, value: v }
             middleware:
               a: { type: acces_log }
-              b: { type: cache, max_bytes: 1MiB }
+              b: { type: cache, max_bytes: 1MiB, max_object_bytes: 2MiB }
               c: { type: auth, credential: ipd }
               d: { type: auth }
               e: { type: access_log, redact_headers: ["bad header"], client_header: keep }
               f: { type: auth, credential: idp, client_header: keep }
             \(minimalRoute)
             """) == [
-            #"portico.yaml:4 middleware.a.type: unknown middleware type "acces_log" (did you mean "access_log"?); supported: access_log, auth, compress, rate_limit, retry"#,
-            #"portico.yaml:5 middleware.b.type: unknown middleware type "cache"; supported: access_log, auth, compress, rate_limit, retry"#,
+            #"portico.yaml:4 middleware.a.type: unknown middleware type "acces_log" (did you mean "access_log"?); supported: access_log, auth, cache, compress, rate_limit, retry"#,
+            #"portico.yaml:5 middleware.b.max_object_bytes: must not be greater than max_bytes"#,
             #"portico.yaml:6 middleware.c.credential: unknown credential "ipd" (did you mean "idp"?)"#,
             #"portico.yaml:7 middleware.d: missing required key "credential""#,
             #"portico.yaml:8 middleware.e.redact_headers[0]: invalid header name "bad header""#,

@@ -290,7 +290,7 @@ import Testing
             }
             #expect(error?.status == .badGateway)
             #expect(error?.code == "upstream_unavailable")
-            #expect(elapsed < .seconds(10))
+            #expect(elapsed < .seconds(30))  // not the 60 s upstream timeout; generous for loaded machines
         }
     }
 
@@ -309,7 +309,7 @@ import Testing
         await client.shutdown()
         #expect(error?.status == .badGateway)
         #expect(error?.code == "upstream_unavailable")
-        #expect(elapsed < .seconds(10))
+        #expect(elapsed < .seconds(30))  // not the 60 s upstream timeout; generous for loaded machines
     }
 
     @Test(arguments: transports)

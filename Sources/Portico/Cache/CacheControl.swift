@@ -1,0 +1,138 @@
+import HTTPTypes
+
+/// The directives of every `Cache-Control` field line of a message (RFC 9111 §5.2), parsed
+/// once. Directive names are case-insensitive; arguments may be tokens or quoted strings
+/// (recipients accept both forms, §5.2); unknown directives are kept and ignored by callers.
+public struct CacheControl: Sendable, Equatable {
+    public struct Directive: Sendable, Equatable {
+        /// Lower-cased.
+        public var name: String
+        /// The argument with quotes and escapes removed; `nil` when there is no `=`.
+        public var argument: String?
+    }
+
+    /// What a delta-seconds directive (`max-age=60`) says.
+    public enum Seconds: Sendable, Equatable {
+        case absent
+        case value(Int)
+        /// Malformed (`max-age=soon`, `max-age`) or given twice with different values:
+        /// RFC 9111 §4.2.1 lets a cache treat such a response as stale, which is the safe side.
+        case invalid
+    }
+
+    /// The largest delta-seconds a cache needs to represent (§1.2.2): larger values saturate.
+    public static let maxDeltaSeconds = 2_147_483_648
+
+    public private(set) var directives: [Directive] = []
+
+    public init(directives: [Directive] = []) {
+        self.directives = directives
+    }
+
+    /// All `Cache-Control` lines of `fields`, in order.
+    public init(_ fields: HTTPFields) {
+        for value in fields[values: .cacheControl] {
+            directives += Self.parse(value)
+        }
+    }
+
+    public init(parsing value: String) {
+        directives = Self.parse(value)
+    }
+
+    public var isEmpty: Bool { directives.isEmpty }
+
+    public func contains(_ name: String) -> Bool {
+        directives.contains { $0.name == name }
+    }
+
+    /// A delta-seconds argument. A directive repeated with the same value is fine; conflicting
+    /// repeats are `invalid`.
+    public func seconds(_ name: String) -> Seconds {
+        var result = Seconds.absent
+        for directive in directives where directive.name == name {
+            guard let argument = directive.argument, let value = Self.deltaSeconds(argument) else { return .invalid }
+            if case .value(let earlier) = result, earlier != value { return .invalid }
+            result = .value(value)
+        }
+        return result
+    }
+
+    /// `max-stale` may come without an argument (any staleness): `.value(maxDeltaSeconds)` then.
+    public func secondsAllowingBare(_ name: String) -> Seconds {
+        if directives.contains(where: { $0.name == name && $0.argument == nil }) {
+            return .value(Self.maxDeltaSeconds)
+        }
+        return seconds(name)
+    }
+
+    /// `no-cache` and `private` as a field-name list: `nil` when absent, empty when
+    /// unqualified (applies to the whole response), the lower-cased names otherwise.
+    public func fieldNames(_ name: String) -> [String]? {
+        var found = false
+        var names: [String] = []
+        for directive in directives where directive.name == name {
+            found = true
+            guard let argument = directive.argument else { return [] }
+            let listed = argument.split(separator: ",").map { $0.trimmingWhitespace().lowercased() }.filter { !$0.isEmpty }
+            // `no-cache=""` names nothing; reading it as unqualified is the stricter choice.
+            if listed.isEmpty { return [] }
+            names += listed
+        }
+        return found ? names : nil
+    }
+
+    /// `1*DIGIT`; anything else is nil. Values past `maxDeltaSeconds` saturate (§1.2.2).
+    static func deltaSeconds(_ text: String) -> Int? {
+        guard !text.isEmpty else { return nil }
+        var value = 0
+        for byte in text.utf8 {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            if value < maxDeltaSeconds {
+                value = min(maxDeltaSeconds, value * 10 + Int(byte - UInt8(ascii: "0")))
+            }
+        }
+        return value
+    }
+
+    /// `token [ "=" ( token / quoted-string ) ]` separated by commas. Garbage between a directive
+    /// and the next comma is skipped, so one bad directive does not hide the ones after it.
+    static func parse(_ value: String) -> [Directive] {
+        var result: [Directive] = []
+        let bytes = Array(value.utf8)
+        var i = 0
+        func isSpace(_ b: UInt8) -> Bool { b == UInt8(ascii: " ") || b == UInt8(ascii: "\t") }
+        func skipSpaces() { while i < bytes.count, isSpace(bytes[i]) { i += 1 } }
+        while i < bytes.count {
+            skipSpaces()
+            if i < bytes.count, bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+            let nameStart = i
+            while i < bytes.count, bytes[i] != UInt8(ascii: "="), bytes[i] != UInt8(ascii: ","), !isSpace(bytes[i]) { i += 1 }
+            let name = String(decoding: bytes[nameStart..<i], as: UTF8.self).lowercased()
+            skipSpaces()
+            var argument: String?
+            if i < bytes.count, bytes[i] == UInt8(ascii: "=") {
+                i += 1
+                skipSpaces()
+                if i < bytes.count, bytes[i] == UInt8(ascii: "\"") {
+                    i += 1
+                    var unquoted: [UInt8] = []
+                    while i < bytes.count, bytes[i] != UInt8(ascii: "\"") {
+                        if bytes[i] == UInt8(ascii: "\\"), i + 1 < bytes.count { i += 1 }
+                        unquoted.append(bytes[i])
+                        i += 1
+                    }
+                    i += 1  // the closing quote (or past the end when unterminated)
+                    argument = String(decoding: unquoted, as: UTF8.self)
+                } else {
+                    let start = i
+                    while i < bytes.count, bytes[i] != UInt8(ascii: ","), !isSpace(bytes[i]) { i += 1 }
+                    argument = String(decoding: bytes[start..<min(i, bytes.count)], as: UTF8.self)
+                }
+            }
+            while i < bytes.count, bytes[i] != UInt8(ascii: ",") { i += 1 }
+            if !name.isEmpty { result.append(Directive(name: name, argument: argument)) }
+        }
+        return result
+    }
+}

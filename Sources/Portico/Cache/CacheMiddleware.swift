@@ -1,0 +1,403 @@
+import Foundation
+import HTTPTypes
+import NIOCore
+
+/// `type: cache` — a shared HTTP cache (RFC 9111) in memory. GET responses are stored when
+/// the upstream allows it and served to later GET and HEAD requests while fresh; stale ones
+/// are validated with a conditional request, served stale where `stale-while-revalidate`,
+/// `stale-if-error` or the client's `max-stale` allow, and concurrent misses for one key
+/// share one upstream fetch. Unsafe methods pass through and invalidate what they change.
+///
+/// Place it after rate limiting and before `retry` and `auth`: hits cost no upstream request
+/// and no retry budget, and the credential `auth` injects never reaches the cache key.
+public struct CacheMiddleware: Middleware {
+    public let name: String
+    public let config: CacheConfig
+    public let policy: CachePolicy
+    public let store: any CacheStore
+    let coalescer: RequestCoalescer
+    let refresher: BackgroundRefresher
+    let metrics: CacheMetrics
+
+    public init(name: String, _ config: CacheConfig, store: (any CacheStore)? = nil, metrics: CacheMetrics? = nil) {
+        self.name = name
+        self.config = config
+        policy = CachePolicy(config)
+        self.store = store ?? InMemoryCacheStore(maxBytes: config.maxBytes)
+        coalescer = RequestCoalescer(limit: config.maxInFlight)
+        refresher = BackgroundRefresher(limit: config.maxInFlight)
+        self.metrics = metrics ?? CacheMetrics(cache: name)
+    }
+
+    /// On reload: a cache whose name and settings did not change keeps the previous instance's
+    /// store, so a reload does not send every request upstream at once.
+    static func keepStores(of previous: [CacheMiddleware], in middleware: inout [String: any Middleware]) {
+        for old in previous {
+            guard let new = middleware[old.name] as? CacheMiddleware, new.config == old.config else { continue }
+            middleware[old.name] = CacheMiddleware(name: new.name, new.config, store: old.store, metrics: old.metrics)
+        }
+    }
+
+    /// Cancels background refreshes and waits for them; called when the runtime is retired.
+    public func shutdown() async {
+        await refresher.shutdown()
+    }
+
+    /// Background refreshes running now.
+    public var backgroundRefreshes: Int { refresher.running }
+
+    /// Requests waiting on another request's fetch right now.
+    public var waitingRequests: Int { coalescer.waiting }
+
+    /// The primary key: authority and target as the client sent them (before `strip_prefix`).
+    /// A route's `auth` runs inside the cache, so an injected credential is never part of it.
+    public static func key(for request: GatewayRequest) -> String {
+        (request.head.authority ?? "").lowercased() + "\u{0}" + request.target
+    }
+
+    public func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse {
+        switch request.method {
+        case .get, .head:
+            break
+        case .options, .trace, .connect:
+            return try await passThrough(request, context: context, next: next,
+                                         status: CacheStatus(.bypass, forward: .method))
+        default:
+            return try await forwardUnsafe(request, context: context, next: next)
+        }
+        if request.headerFields[.range] != nil {
+            return try await passThrough(request, context: context, next: next,
+                                         status: CacheStatus(.bypass, forward: .bypass, detail: "range"))
+        }
+
+        let directives = RequestDirectives(request.headerFields)
+        let key = Self.key(for: request)
+        let now = context.clock.now
+        let variants = store.variants(for: key)
+        let selected = variants.first { entry in
+            entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
+        }
+        var reason: CacheStatus.Forward = variants.isEmpty ? .uriMiss : .varyMiss
+        if let selected {
+            switch policy.usability(of: selected, for: directives, at: now) {
+            case .fresh:
+                metrics.hits.increment()
+                return serve(selected, to: request, context: context, validated: false,
+                             status: CacheStatus(.hit, ttl: selected.ttlSeconds(at: now)))
+            case .staleAccepted:
+                metrics.stale("max_stale")
+                return serve(selected, to: request, context: context, validated: false,
+                             status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "max-stale"))
+            case .staleWhileRevalidate:
+                metrics.stale("stale_while_revalidate")
+                refreshInBackground(request, key: key, stored: selected, context: context, next: next)
+                return serve(selected, to: request, context: context, validated: false,
+                             status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "stale-while-revalidate"))
+            case .validate(let why):
+                reason = why == .stale ? .stale : .request
+            }
+        }
+        if directives.onlyIfCached {
+            let status = CacheStatus(.onlyIfCached, detail: "only-if-cached")
+            var error = GatewayError(status: .gatewayTimeout, code: "not_cached",
+                                     message: "only-if-cached: no stored response can answer this request")
+            record(status, in: &error.headerFields, context: context)
+            throw error
+        }
+        if request.method == .head {
+            // A HEAD is answered from a stored GET, never stored itself.
+            metrics.misses.increment()
+            return try await passThrough(request, context: context, next: next, status: CacheStatus(.miss, forward: reason))
+        }
+        return try await fetch(request, key: key, stored: selected, reason: reason, directives: directives,
+                               context: context, next: next)
+    }
+
+    // MARK: Fetching
+
+    /// A miss or a validation, coalesced with concurrent ones for the same key.
+    private func fetch(_ request: GatewayRequest, key: String, stored: CacheEntry?, reason: CacheStatus.Forward,
+                       directives: RequestDirectives, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
+        switch coalescer.join(key, at: context.clock.now) {
+        case .follower(let flight):
+            metrics.coalesced.increment()
+            let outcome: RequestCoalescer.Outcome
+            do {
+                outcome = try await flight.wait(until: context.deadline, clock: context.clock)
+            } catch var error as GatewayError {
+                record(CacheStatus(.collapsed, forward: reason, collapsed: true), in: &error.headerFields, context: context)
+                throw error
+            }
+            if case .stored(let entry) = outcome, entry.vary.matches(request.headerFields),
+               !directives.hasAuthorization || entry.freshness.sharedWithAuthorization {
+                // Fetched after this request arrived: as fresh as its own fetch would have been.
+                let status = CacheStatus(.collapsed, forward: reason, forwardStatus: entry.status.code,
+                                         ttl: entry.ttlSeconds(at: context.clock.now), collapsed: true)
+                return serve(entry, to: request, context: context, validated: true, status: status)
+            }
+            return try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
+                                     context: context, next: next).response
+        case .leader(let flight):
+            do {
+                let result = try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
+                                               context: context, next: next)
+                if let entry = result.stored {
+                    coalescer.finish(key, flight, .stored(entry))
+                } else {
+                    // An uncacheable answer marks the key, so concurrent requests for it stop
+                    // queueing behind each other; a failure does not.
+                    coalescer.finish(key, flight, .notShared, uncacheableAt: result.uncacheable ? context.clock.now : nil)
+                }
+                return result.response
+            } catch {
+                coalescer.finish(key, flight, .notShared)
+                throw error
+            }
+        case .alone:
+            return try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
+                                     context: context, next: next).response
+        }
+    }
+
+    /// Asks the upstream (conditionally when `stored` has validators), stores what may be
+    /// stored, and falls back to `stored` where `stale-if-error` allows.
+    private func forward(_ request: GatewayRequest, key: String, stored: CacheEntry?, reason: CacheStatus.Forward,
+                         directives: RequestDirectives, context: RequestContext,
+                         next: NextHandler) async throws -> Fetched {
+        let clock = context.clock
+        var upstreamRequest = request
+        // The client's validators are answered here, against the full response, so that the
+        // response can be stored; the stored response's validators go upstream instead.
+        upstreamRequest.headerFields[values: .ifNoneMatch] = []
+        upstreamRequest.headerFields[values: .ifModifiedSince] = []
+        let validating = stored?.hasValidators ?? false
+        if let stored, validating {
+            if let etag = stored.etag { upstreamRequest.headerFields[.ifNoneMatch] = etag }
+            if let lastModified = stored.lastModified { upstreamRequest.headerFields[.ifModifiedSince] = lastModified }
+        }
+
+        let requestTime = clock.wallNow
+        let response: GatewayResponse
+        do {
+            response = try await next(upstreamRequest, context)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            if validating { metrics.revalidated("failed") }
+            if let stored, policy.canServeStaleOnError(stored, for: directives, at: clock.now) {
+                return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason, upstreamStatus: nil))
+            }
+            if !validating { metrics.misses.increment() }
+            let status = CacheStatus(.miss, forward: reason)
+            guard var gatewayError = error as? GatewayError else {
+                context.stats.update { $0.cacheStatus = status.outcome.rawValue }
+                throw error
+            }
+            record(status, in: &gatewayError.headerFields, context: context)
+            throw gatewayError
+        }
+        let responseTime = clock.wallNow
+        let now = clock.now
+
+        if response.status == .notModified, validating, let stored {
+            let excluded = CacheControl(response.headerFields).fieldNames("private") ?? []
+            if let updated = policy.freshen(stored, with: response, requestTime: requestTime, responseTime: responseTime,
+                                            now: now, excludingFields: excluded) {
+                metrics.revalidated("not_modified")
+                // The upstream forbidding storage drops the entry; a client's no-store only
+                // keeps this exchange out of the cache.
+                let upstreamNoStore = CacheControl(response.headerFields).contains("no-store")
+                let keep = !directives.noStore && !upstreamNoStore
+                if keep {
+                    metrics.record(store.insert(updated))
+                } else if upstreamNoStore {
+                    metrics.record(store.removeAll(for: key))
+                }
+                let status = CacheStatus(.revalidated, forward: reason, forwardStatus: 304,
+                                         ttl: updated.ttlSeconds(at: now), stored: keep)
+                return Fetched(response: serve(updated, to: request, context: context, validated: true, status: status),
+                               stored: keep ? updated : nil)
+            }
+            // The 304 describes another response than the stored one: ask again, unconditionally.
+            return try await forward(request, key: key, stored: nil, reason: reason, directives: directives,
+                                     context: context, next: next)
+        }
+        if let stored, CachePolicy.isServerError(response.status),
+           policy.canServeStaleOnError(stored, for: directives, at: now) {
+            if validating { metrics.revalidated("failed") }
+            return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason,
+                                                       upstreamStatus: response.status.code))
+        }
+        if validating {
+            metrics.revalidated(CachePolicy.isServerError(response.status) ? "failed" : "modified")
+        } else {
+            metrics.misses.increment()
+        }
+
+        var status = CacheStatus(.miss, forward: reason, forwardStatus: response.status.code)
+        var entry = makeEntry(request: request, response: response, key: key, directives: directives,
+                              requestTime: requestTime, responseTime: responseTime, now: now)
+        if let candidate = entry {
+            let change = store.insert(candidate)
+            metrics.record(change)
+            if candidate.size <= config.maxBytes {
+                status.stored = true
+                status.ttl = candidate.ttlSeconds(at: now)
+            } else {
+                entry = nil
+            }
+        } else if stored != nil, response.status.code < 500 {
+            // The upstream's current answer may not be stored: older variants must not outlive it.
+            metrics.record(store.removeAll(for: key))
+        }
+        var outgoing = response
+        if response.status == .ok, ConditionalRequest.isConditional(request.headerFields),
+           ConditionalRequest.isNotModified(request: request.headerFields, response: response.headerFields) {
+            outgoing = ConditionalRequest.notModified(from: response)
+        }
+        record(status, in: &outgoing.headerFields, context: context)
+        return Fetched(response: outgoing, stored: entry, uncacheable: entry == nil && response.status.code < 500)
+    }
+
+    /// What one upstream exchange produced.
+    struct Fetched {
+        var response: GatewayResponse
+        /// The entry stored from it, which waiting requests may share.
+        var stored: CacheEntry?
+        /// The upstream answered with something that may not be stored.
+        var uncacheable = false
+    }
+
+    /// The entry for a full response, or `nil` when it may not (or need not) be stored.
+    private func makeEntry(request: GatewayRequest, response: GatewayResponse, key: String, directives: RequestDirectives,
+                           requestTime: Date, responseTime: Date, now: ContinuousClock.Instant) -> CacheEntry? {
+        guard let body = response.body.buffer, body.readableBytes <= config.maxObjectBytes else { return nil }
+        let freshness = ResponseFreshness(status: response.status.code, headerFields: response.headerFields,
+                                          requestTime: requestTime, responseTime: responseTime,
+                                          heuristicFraction: config.heuristicFraction, heuristicMax: config.heuristicMax)
+        guard case .store(let excluded) = policy.storability(request: directives, response: response, freshness: freshness),
+              let vary = VaryKey(response: response.headerFields, request: request.headerFields) else {
+            return nil
+        }
+        var fields = response.headerFields
+        for name in excluded {
+            if let fieldName = HTTPField.Name(name) { fields[values: fieldName] = [] }
+        }
+        // Age is recomputed on every reuse; the upstream's value is already in `initialAge`.
+        fields[values: .age] = []
+        fields[.contentLength] = String(body.readableBytes)
+        if fields[.date] == nil { fields[.date] = HTTPDate.format(responseTime) }
+        // A copy sized to the body, so the bytes charged are the bytes held.
+        return CacheEntry(key: key, vary: vary, status: response.status, headerFields: fields,
+                          body: ByteBuffer(bytes: body.readableBytesView), freshness: freshness,
+                          receivedAt: now, storedWithAuthorization: directives.hasAuthorization)
+    }
+
+    /// One background refresh per key, under its own deadline, sharing the coalescing table
+    /// with foreground misses so the upstream still sees one request per key.
+    private func refreshInBackground(_ request: GatewayRequest, key: String, stored: CacheEntry,
+                                     context: RequestContext, next: @escaping NextHandler) {
+        let clock = context.clock
+        let timeout = config.revalidationTimeout
+        // A HEAD may trigger the refresh, but only a GET's response can replace the entry.
+        var refreshRequest = request
+        refreshRequest.head.method = .get
+        refresher.start(key) { [self, refreshRequest] in
+            guard case .leader(let flight) = coalescer.join(key, at: clock.now) else { return }  // a fetch is already under way
+            let refreshContext = RequestContext(requestID: context.requestID, route: context.route, upstream: context.upstream,
+                                                deadline: clock.now.advanced(by: timeout), logger: context.logger, clock: clock)
+            var directives = RequestDirectives(refreshRequest.headerFields)
+            directives.noCache = false
+            do {
+                let result = try await forward(refreshRequest, key: key, stored: stored, reason: .stale, directives: directives,
+                                               context: refreshContext, next: next)
+                coalescer.finish(key, flight, result.stored.map(RequestCoalescer.Outcome.stored) ?? .notShared)
+            } catch {
+                coalescer.finish(key, flight, .notShared)
+                context.logger.debug("cache background refresh failed", metadata: ["error": .string(String(describing: error))])
+            }
+        }
+    }
+
+    // MARK: Answering
+
+    /// The stored response as an answer to `request`: current `Age`, no body for HEAD, and a
+    /// 304 when the client's own validators match. Fields named by `no-cache="…"` are only
+    /// sent right after a successful validation.
+    private func serve(_ entry: CacheEntry, to request: GatewayRequest, context: RequestContext, validated: Bool,
+                       status: CacheStatus) -> GatewayResponse {
+        var fields = entry.headerFields
+        if !validated {
+            for name in entry.freshness.noCacheFields {
+                if let fieldName = HTTPField.Name(name) { fields[values: fieldName] = [] }
+            }
+        }
+        let age = entry.age(at: context.clock.now).components.seconds
+        fields[.age] = String(max(0, age))
+        var response = GatewayResponse(status: entry.status, headerFields: fields,
+                                       body: request.method == .head ? .empty : Body(entry.body))
+        if entry.status == .ok, ConditionalRequest.isConditional(request.headerFields),
+           ConditionalRequest.isNotModified(request: request.headerFields, response: fields) {
+            response = ConditionalRequest.notModified(from: response)
+        }
+        record(status, in: &response.headerFields, context: context)
+        return response
+    }
+
+    private func serveStaleOnError(_ entry: CacheEntry, to request: GatewayRequest, context: RequestContext,
+                                   reason: CacheStatus.Forward, upstreamStatus: Int?) -> GatewayResponse {
+        metrics.stale("stale_if_error")
+        let status = CacheStatus(.stale, forward: reason, forwardStatus: upstreamStatus,
+                                 ttl: entry.ttlSeconds(at: context.clock.now), detail: "stale-if-error")
+        return serve(entry, to: request, context: context, validated: false, status: status)
+    }
+
+    /// Forwards without looking at the cache (methods it does not answer, `Range`, HEAD misses).
+    private func passThrough(_ request: GatewayRequest, context: RequestContext, next: NextHandler,
+                             status: CacheStatus) async throws -> GatewayResponse {
+        do {
+            var response = try await next(request, context)
+            var status = status
+            status.forwardStatus = response.status.code
+            record(status, in: &response.headerFields, context: context)
+            return response
+        } catch var error as GatewayError {
+            record(status, in: &error.headerFields, context: context)
+            throw error
+        }
+    }
+
+    /// §4.4: a successful unsafe request invalidates its target and the same-origin URIs in
+    /// `Location` and `Content-Location`.
+    private func forwardUnsafe(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
+        let response = try await passThrough(request, context: context, next: next,
+                                             status: CacheStatus(.bypass, forward: .method))
+        guard (200..<400).contains(response.status.code) else { return response }
+        metrics.record(store.removeAll(for: Self.key(for: request)))
+        for name in [HTTPField.Name.location, .contentLocation] {
+            guard let value = response.headerFields[name],
+                  let target = Self.sameOriginTarget(value, authority: request.head.authority, base: request.target) else { continue }
+            metrics.record(store.removeAll(for: (request.head.authority ?? "").lowercased() + "\u{0}" + target))
+        }
+        return response
+    }
+
+    /// The origin-form target `reference` points to, when it is on the request's own authority.
+    public static func sameOriginTarget(_ reference: String, authority: String?, base: String) -> String? {
+        guard let authority, let baseURL = URL(string: "http://\(authority)\(base)"),
+              let resolved = URL(string: reference.trimmingWhitespace(), relativeTo: baseURL)?.absoluteURL,
+              let components = URLComponents(url: resolved, resolvingAgainstBaseURL: true),
+              let baseComponents = URLComponents(url: baseURL, resolvingAgainstBaseURL: false),
+              components.host?.lowercased() == baseComponents.host?.lowercased(),
+              components.port == baseComponents.port else { return nil }
+        var target = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        if let query = components.percentEncodedQuery { target += "?" + query }
+        return target
+    }
+
+    /// Adds the status headers and tells the access log.
+    private func record(_ status: CacheStatus, in fields: inout HTTPFields, context: RequestContext) {
+        status.apply(to: &fields, xCache: config.xCache)
+        context.stats.update { $0.cacheStatus = status.outcome.rawValue }
+    }
+}

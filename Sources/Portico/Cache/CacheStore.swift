@@ -1,0 +1,148 @@
+import Synchronization
+
+/// Where the cache keeps responses. Synchronous on purpose: the in-memory store answers under
+/// a lock in well under a microsecond, and a hit should not pay for an actor hop or a
+/// suspension. A store that needs I/O would sit behind its own in-memory front.
+public protocol CacheStore: Sendable {
+    /// The variants stored under `key`, most recently stored first; marks the key as used.
+    func variants(for key: String) -> [CacheEntry]
+    /// Stores `entry`, replacing the variant with the same `Vary` values, evicting the least
+    /// recently used keys to stay within the byte limit.
+    @discardableResult func insert(_ entry: CacheEntry) -> CacheStoreChange
+    /// Removes every variant stored under `key` (invalidation).
+    @discardableResult func removeAll(for key: String) -> CacheStoreChange
+    var storedBytes: Int { get }
+}
+
+/// What a store operation did, for metrics.
+public struct CacheStoreChange: Sendable, Equatable {
+    /// Keys evicted to make room (not counting explicit removals).
+    public var evictions: Int
+    public var storedBytes: Int
+}
+
+/// A bounded in-memory store: LRU by primary key, charged by bytes. Each key holds at most
+/// `maxVariants` variants (the oldest goes first), so one URI with many `Vary` values cannot
+/// crowd out the rest.
+public final class InMemoryCacheStore: CacheStore {
+    public static let defaultMaxVariants = 32
+
+    private struct Slot {
+        var key: String
+        var variants: [CacheEntry]
+        var bytes: Int
+        var newer: Int?
+        var older: Int?
+    }
+
+    /// A doubly linked recency list over array slots, with a free list: no allocation per hit.
+    private struct State {
+        var index: [String: Int] = [:]
+        var slots: [Slot] = []
+        var free: [Int] = []
+        var newest: Int?
+        var oldest: Int?
+        var bytes = 0
+
+        mutating func unlink(_ i: Int) {
+            let (newer, older) = (slots[i].newer, slots[i].older)
+            if let newer { slots[newer].older = older } else { newest = older }
+            if let older { slots[older].newer = newer } else { oldest = newer }
+            slots[i].newer = nil
+            slots[i].older = nil
+        }
+
+        mutating func pushNewest(_ i: Int) {
+            slots[i].older = newest
+            slots[i].newer = nil
+            if let newest { slots[newest].newer = i }
+            newest = i
+            if oldest == nil { oldest = i }
+        }
+
+        mutating func remove(_ i: Int) {
+            unlink(i)
+            bytes -= slots[i].bytes
+            index[slots[i].key] = nil
+            slots[i].variants = []
+            slots[i].bytes = 0
+            free.append(i)
+        }
+    }
+
+    public let maxBytes: Int
+    public let maxVariants: Int
+    private let state = Mutex(State())
+
+    public init(maxBytes: Int, maxVariants: Int = InMemoryCacheStore.defaultMaxVariants) {
+        self.maxBytes = maxBytes
+        self.maxVariants = max(1, maxVariants)
+    }
+
+    public var storedBytes: Int { state.withLock { $0.bytes } }
+
+    /// Keys stored, for tests and diagnostics.
+    public var keyCount: Int { state.withLock { $0.index.count } }
+
+    public func variants(for key: String) -> [CacheEntry] {
+        state.withLock { state in
+            guard let i = state.index[key] else { return [] }
+            if state.newest != i {
+                state.unlink(i)
+                state.pushNewest(i)
+            }
+            return state.slots[i].variants
+        }
+    }
+
+    @discardableResult
+    public func insert(_ entry: CacheEntry) -> CacheStoreChange {
+        let size = entry.size
+        return state.withLock { state in
+            guard size <= maxBytes else {
+                return CacheStoreChange(evictions: 0, storedBytes: state.bytes)
+            }
+            let i: Int
+            if let existing = state.index[entry.key] {
+                i = existing
+                state.unlink(i)
+            } else if let reused = state.free.popLast() {
+                i = reused
+                state.slots[i] = Slot(key: entry.key, variants: [], bytes: 0)
+                state.index[entry.key] = i
+            } else {
+                i = state.slots.count
+                state.slots.append(Slot(key: entry.key, variants: [], bytes: 0))
+                state.index[entry.key] = i
+            }
+            var variants = state.slots[i].variants.filter { $0.vary != entry.vary }
+            variants.insert(entry, at: 0)
+            if variants.count > maxVariants { variants.removeLast(variants.count - maxVariants) }
+            let bytes = variants.reduce(0) { $0 + $1.size }
+            state.bytes += bytes - state.slots[i].bytes
+            state.slots[i].variants = variants
+            state.slots[i].bytes = bytes
+            state.pushNewest(i)
+            var evictions = 0
+            while state.bytes > maxBytes, let oldest = state.oldest, oldest != i {
+                state.remove(oldest)
+                evictions += 1
+            }
+            // The new key alone may still exceed the limit through its other variants.
+            while state.bytes > maxBytes, state.slots[i].variants.count > 1 {
+                let dropped = state.slots[i].variants.removeLast()
+                state.slots[i].bytes -= dropped.size
+                state.bytes -= dropped.size
+            }
+            return CacheStoreChange(evictions: evictions, storedBytes: state.bytes)
+        }
+    }
+
+    @discardableResult
+    public func removeAll(for key: String) -> CacheStoreChange {
+        state.withLock { state in
+            if let i = state.index[key] { state.remove(i) }
+            return CacheStoreChange(evictions: 0, storedBytes: state.bytes)
+        }
+    }
+}

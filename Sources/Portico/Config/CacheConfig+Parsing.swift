@@ -1,0 +1,21 @@
+extension CacheConfig {
+    /// `type: cache`.
+    static func parse(_ m: ConfigMapping) -> CacheConfig? {
+        var c = CacheConfig()
+        m.read("max_bytes", into: &c.maxBytes) { $0.size(minimum: 1024) }
+        m.read("max_object_bytes", into: &c.maxObjectBytes) { $0.size() }
+        m.read("heuristic_fraction", into: &c.heuristicFraction) { $0.percentage() }
+        m.read("heuristic_max", into: &c.heuristicMax) { $0.duration() }
+        m.read("stale_while_revalidate", into: &c.staleWhileRevalidate) { $0.duration() }
+        m.read("stale_if_error", into: &c.staleIfError) { $0.duration() }
+        if let node = m.value("revalidation_timeout"), let timeout = node.duration(positive: true) {
+            c.revalidationTimeout = timeout
+        }
+        m.read("max_in_flight", into: &c.maxInFlight) { $0.int(in: 1...1_000_000) }
+        m.read("x_cache", into: &c.xCache) { $0.bool() }
+        if c.maxObjectBytes > c.maxBytes {
+            (m.value("max_object_bytes") ?? m.value("max_bytes") ?? m.node).error("must not be greater than max_bytes")
+        }
+        return c
+    }
+}
