@@ -22,8 +22,8 @@ public final class GatewayMetrics: Sendable {
     private let factory: any MetricsFactory
     private let handles = Mutex<[Key: Handles]>([:])
     private let inFlight: Meter
-    private let reloads: Mutex<[String: Counter]> = Mutex([:])
-    private let overloads: Mutex<[String: Counter]> = Mutex([:])
+    private let reloads: LabelledCounters
+    private let overloads: LabelledCounters
 
     public static let requestDurationBuckets: [Duration] = [
         .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
@@ -34,6 +34,8 @@ public final class GatewayMetrics: Sendable {
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
         self.factory = factory
         inFlight = Meter(label: "portico_in_flight_requests", dimensions: [], factory: factory)
+        reloads = LabelledCounters("portico_config_reloads_total", factory: factory)
+        overloads = LabelledCounters("portico_overloaded_requests_total", factory: factory)
         Gauge(label: "portico_build_info", dimensions: [("version", PorticoVersion.string)], factory: factory).record(1)
     }
 
@@ -60,23 +62,12 @@ public final class GatewayMetrics: Sendable {
 
     /// A request refused by an in-flight cap: `route` nil for the listener-wide cap (`route=""`).
     func overloaded(route: String?) {
-        let label = route ?? ""
-        overloads.withLock { counters in
-            if counters[label] == nil {
-                counters[label] = Counter(label: "portico_overloaded_requests_total", dimensions: [("route", label)], factory: factory)
-            }
-            return counters[label]!
-        }.increment()
+        overloads.increment([("route", route ?? "")])
     }
 
     /// `result` is `success` or `failure`.
     public func configReloaded(result: String) {
-        reloads.withLock { counters in
-            if counters[result] == nil {
-                counters[result] = Counter(label: "portico_config_reloads_total", dimensions: [("result", result)], factory: factory)
-            }
-            return counters[result]!
-        }.increment()
+        reloads.increment([("result", result)])
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -44,23 +44,17 @@ public struct UpstreamEndpoint: Responder {
 public final class UpstreamMetrics: Sendable {
     private let duration: Metrics.Timer
     private let upstream: String
-    private let factory: any MetricsFactory
-    private let errors = Mutex<[String: Counter]>([:])
+    private let errors: LabelledCounters
 
     public init(upstream: String, factory: any MetricsFactory = MetricsSystem.factory) {
         self.upstream = upstream
-        self.factory = factory
+        errors = LabelledCounters("portico_upstream_errors_total", factory: factory)
         duration = Metrics.Timer(label: "portico_upstream_request_duration_seconds", dimensions: [("upstream", upstream)], factory: factory)
     }
 
     func record(_ elapsed: Duration, failure: String?) {
         duration.recordNanoseconds(GatewayMetrics.nanoseconds(elapsed))
         guard let failure else { return }
-        errors.withLock { counters in
-            if let counter = counters[failure] { return counter }
-            let counter = Counter(label: "portico_upstream_errors_total", dimensions: [("upstream", upstream), ("kind", failure)], factory: factory)
-            counters[failure] = counter
-            return counter
-        }.increment()
+        errors.increment([("upstream", upstream), ("kind", failure)])
     }
 }
