@@ -49,6 +49,7 @@ final class ServerCore: Sendable {
     struct Daemon: @unchecked Sendable {
         let pointer: OpaquePointer
         let logTarget: UnsafeMutablePointer<portico_log_target>
+        let tls: DaemonTLSMemory?
     }
 
     struct State {
@@ -104,6 +105,16 @@ final class ServerCore: Sendable {
             logTarget.deallocate()
             throw .alreadyStarted
         }
+        var tls: DaemonTLSMemory?
+        if let settings = configuration.tls {
+            do {
+                tls = try DaemonTLSMemory(settings)
+            } catch {
+                logTarget.deallocate()
+                throw error
+            }
+            flags |= MHD_USE_TLS.rawValue
+        }
 
         let daemon: OpaquePointer? = withUnsafePointer(to: &storage) { storagePointer in
             storagePointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
@@ -127,13 +138,20 @@ final class ServerCore: Sendable {
                 c.connection_context = context
                 c.listen_backlog = Int32(clamping: configuration.listenBacklog)
                 c.log_target = logTarget
-                return portico_mhd_start(&c)
+                return DaemonTLSMemory.priorities.withCString { priorities in
+                    c.tls_cert_pem = UnsafePointer(tls?.certificate)
+                    c.tls_key_pem = UnsafePointer(tls?.privateKey)
+                    c.tls_priorities = tls == nil ? nil : priorities
+                    return portico_mhd_start(&c)
+                }
             }
         }
         guard let daemon else {
             logTarget.deinitialize(count: 1)
             logTarget.deallocate()
-            let detail = String(cString: strerror(errno))
+            tls?.release()
+            // GnuTLS refusing the certificate or key is reported through the error log.
+            let detail = tls == nil ? String(cString: strerror(errno)) : "\(String(cString: strerror(errno))) or a TLS certificate/key libmicrohttpd refused (see its log)"
             throw .startFailed(address: configuration.address, port: configuration.port, detail: detail)
         }
         let port = portico_mhd_bound_port(daemon)
@@ -141,7 +159,7 @@ final class ServerCore: Sendable {
             await self?.watchDeadlines()
         }
         state.withLock { state in
-            state.daemon = Daemon(pointer: daemon, logTarget: logTarget)
+            state.daemon = Daemon(pointer: daemon, logTarget: logTarget, tls: tls)
             state.port = port
             state.watchdog = watchdog
         }
@@ -187,6 +205,7 @@ final class ServerCore: Sendable {
         if listenFD >= 0 { close(listenFD) }
         daemon.logTarget.deinitialize(count: 1)
         daemon.logTarget.deallocate()
+        daemon.tls?.release()
     }
 
     /// Answers requests whose handlers overrun their deadline. A little grace lets a handler's

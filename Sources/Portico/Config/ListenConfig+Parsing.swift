@@ -15,6 +15,7 @@ extension ListenConfig {
         m.read("max_body_bytes", into: &c.maxBodyBytes) { $0.size(minimum: 0) }
         m.read("drain_delay", into: &c.drainDelay) { $0.duration() }
         m.read("shutdown_grace", into: &c.shutdownGrace) { $0.duration() }
+        m.read("tls", into: &c.tls) { $0.mapping().flatMap(ListenTLSConfig.parse) }
         m.finish()
         return c
     }

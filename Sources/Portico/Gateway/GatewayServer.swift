@@ -40,6 +40,9 @@ public final class GatewayServer: Sendable {
         configuration.requestTimeout = listen.requestTimeout
         configuration.maxHeaderBytes = listen.maxHeaderBytes
         configuration.maxBodyBytes = listen.maxBodyBytes
+        configuration.tls = listen.tls.map {
+            ServerConfiguration.TLS(certificatePEM: $0.certificatePEM, privateKeyPEM: $0.privateKeyPEM)
+        }
         configuration.errorLog = { message in
             logger.warning("libmicrohttpd: \(message)")
         }
@@ -56,7 +59,8 @@ public final class GatewayServer: Sendable {
     @discardableResult
     public func start() throws -> UInt16 {
         let port = try server.start()
-        logger.info("listening", metadata: ["address": .string(listen.address), "port": .stringConvertible(port)])
+        logger.info("listening", metadata: ["address": .string(listen.address), "port": .stringConvertible(port),
+                                            "tls": .stringConvertible(listen.tls != nil)])
         return port
     }
 
