@@ -30,6 +30,7 @@ static const enum MHD_ResponseMemoryMode portico_respmem_must_copy = MHD_RESPMEM
 static const enum MHD_ValueKind portico_header_kind = MHD_HEADER_KIND;
 static const enum MHD_Result portico_yes = MHD_YES;
 static const enum MHD_Result portico_no = MHD_NO;
+static const enum MHD_FEATURE portico_feature_tls = MHD_FEATURE_TLS;
 
 /* MHD_OPTION_URI_LOG_CALLBACK's callback: its result becomes the request's *con_cls. */
 typedef void *(*portico_uri_log_callback)(void *cls, const char *uri, struct MHD_Connection *con);

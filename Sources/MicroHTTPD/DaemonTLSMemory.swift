@@ -18,7 +18,7 @@ struct DaemonTLSMemory: @unchecked Sendable {
     static let priorities = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
     init(_ tls: ServerConfiguration.TLS) throws(MicroHTTPDError) {
-        guard MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES else { throw .tlsUnsupported }
+        guard MHD_is_feature_supported(portico_feature_tls) == portico_yes else { throw .tlsUnsupported }
         certificate = Self.copy(tls.certificatePEM)
         privateKey = Self.copy(tls.privateKeyPEM)
         keyLength = tls.privateKeyPEM.count

@@ -2,33 +2,7 @@ import Foundation
 import Logging
 import Portico
 import PorticoTesting
-import Synchronization
 import Testing
-
-/// Collects the gateway's "upstream TLS failure" log lines.
-final class TLSFailureLog: Sendable {
-    private let lines = Mutex<[Logger.Metadata]>([])
-
-    var logger: Logger { Logger(label: "portico.tests.tls") { _ in Handler(log: self) } }
-    var records: [Logger.Metadata] { lines.withLock { $0 } }
-
-    struct Handler: LogHandler {
-        let log: TLSFailureLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .debug
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            guard event.message.description == "upstream TLS failure", event.level == .error else { return }
-            let merged = metadata.merging(event.metadata ?? [:]) { $1 }
-            log.lines.withLock { $0.append(merged) }
-        }
-    }
-}
 
 @Suite("TLS: HTTPS upstreams, token endpoints and the listener")
 struct TLSTests {
@@ -73,7 +47,7 @@ struct TLSTests {
 
     struct BadServer: Sendable, CustomTestStringConvertible {
         var name: String
-        var certificate: KeyPath<TestCertificates, TestCertificates.Pair> & Sendable
+        var certificate: any KeyPath<TestCertificates, TestCertificates.Pair> & Sendable
         var reason: String
         var testDescription: String { name }
     }
@@ -86,7 +60,7 @@ struct TLSTests {
           ])
     func verificationFailures(server: BadServer) async throws {
         let upstream = try await Self.upstream(server.certificate)
-        let log = TLSFailureLog()
+        let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
         let gateway = try Self.gateway(upstream.baseURL, tls: try TestCertificates.shared().trustingCA(), logger: log.logger)
         let response = try await gateway.request("GET", "/api/secret")
         #expect(response.status == 502)
@@ -103,7 +77,7 @@ struct TLSTests {
     @Test("urlsession verifies against the system store: a test CA's certificate is a 502 upstream_tls_error")
     func urlsessionVerifies() async throws {
         let upstream = try await Self.upstream(\.server)
-        let log = TLSFailureLog()
+        let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
         let gateway = try Self.gateway(upstream.baseURL, transport: .urlsession, tls: TLSClientConfig(), logger: log.logger)
         let response = try await gateway.request("GET", "/api/secret")
         #expect(response.status == 502)
@@ -116,7 +90,7 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
-    @Test("server_name sets SNI and the name checked, while Host stays the configured authority")
+    @Test("server_name is the name the certificate is checked against; Host stays the configured authority")
     func serverName() async throws {
         let upstream = try await Self.upstream(\.otherHost)
         var tls = try TestCertificates.shared().trustingCA()
@@ -137,6 +111,7 @@ struct TLSTests {
         let refused = try await without.request("GET", "/api/mtls")
         #expect(refused.status == 502)
         #expect(try Self.errorCode(refused) == "upstream_tls_error", "\(refused.bodyText)")
+        #expect(refused.bodyText.contains("the server requires a client certificate"), "\(refused.bodyText)")
         #expect(upstream.totalHits == 0)
         await without.stop()
 
@@ -166,6 +141,7 @@ struct TLSTests {
         let refused = try await strict.request("GET", "/api/v")
         #expect(refused.status == 502)
         #expect(try Self.errorCode(refused) == "upstream_tls_error")
+        #expect(refused.bodyText.contains("no TLS version both sides accept"), "\(refused.bodyText)")
         await strict.stop()
         await upstream.shutdown()
     }
@@ -273,8 +249,8 @@ enum Curl {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let outURL = directory.appendingPathComponent("out"), errURL = directory.appendingPathComponent("err")
-        FileManager.default.createFile(atPath: outURL.path, contents: nil)
-        FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: outURL)
         process.standardError = try FileHandle(forWritingTo: errURL)
         try process.run()

@@ -1,5 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import NIOCore
 import NIOHTTP1
 
@@ -17,6 +20,10 @@ final class NIOTokenTransport: TokenTransport {
         configuration.redirectConfiguration = .disallow
         configuration.tlsConfiguration = tls.nioConfiguration
         configuration.httpVersion = .http1Only
+        configuration.timeout = .init(connect: TimeAmount(timeout), read: TimeAmount(timeout))
+        // Fail the call at once (a TLS failure would otherwise be retried until the deadline):
+        // the token manager owns backoff between attempts.
+        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.dnsOverride = tls.addressing(tokenURL).dnsOverride
         self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         self.tls = tls

@@ -46,7 +46,7 @@ struct TLSConfigTests {
     func badFiles() throws {
         let certs = try TestCertificates.shared()
         let garbage = certs.directory + "/garbage.pem"
-        FileManager.default.createFile(atPath: garbage, contents: Data("not a certificate\n".utf8))
+        _ = FileManager.default.createFile(atPath: garbage, contents: Data("not a certificate\n".utf8))
         let found = diagnostics(Self.upstream("""
             ca_file: /nonexistent/ca.pem
             client_cert_file: \(garbage)
