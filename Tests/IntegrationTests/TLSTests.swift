@@ -210,7 +210,10 @@ struct TLSTests {
         config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
                                             privateKeyPEM: certificates.server.keyPEM)
         config.routes = [RouteConfig(name: "ping", match: .init(path: "/ping"),
-                                     direct: .init(status: 200, body: "pong over tls\n"))]
+                                     direct: .init(status: 200, body: "pong over tls\n")),
+                         RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "app")]
+        let upstream = try await ProxyConformanceTests.started(ProxyLeg(transport: .nio, tls: false))
+        config.upstreams["app"] = UpstreamConfig(name: "app", url: upstream.baseURL)
         let gateway = try TestGateway(config)
 
         for host in ["127.0.0.1", "localhost"] {
@@ -223,12 +226,18 @@ struct TLSTests {
                                             "https://127.0.0.1:\(gateway.port)/ping"])
         #expect(untrusted.status == 60, "curl: peer certificate cannot be authenticated with the given CA")
 
+        // Proxied requests tell the upstream the client spoke HTTPS.
+        let proxied = try await Curl.run(["--silent", "--cacert", certificates.ca.certificateFile,
+                                          "https://localhost:\(gateway.port)/api/echo"])
+        #expect(try TestUpstream.Echo.decode(Array(proxied.output.utf8)).values("x-forwarded-proto") == ["https"])
+
         // Plain HTTP on the TLS port gets no HTTP answer.
         let connection = try gateway.connect()
         try await connection.send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
         let plain = try? await connection.readResponse()
         #expect(plain == nil || plain?.status != 200)
         await gateway.stop()
+        await upstream.shutdown()
     }
 }
 

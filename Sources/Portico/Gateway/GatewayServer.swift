@@ -17,7 +17,8 @@ public final class GatewayServer: Sendable {
     public init(config: PorticoConfig, configFile: String? = nil, logger: Logger, clock: any GatewayClock = SystemClock(),
                 metrics: GatewayMetrics = GatewayMetrics()) throws {
         let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock)
-        let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics)
+        let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics,
+                              scheme: config.listen.tls == nil ? "http" : "https")
         self.metrics = metrics
         self.configFile = configFile
         self.gateway = gateway

@@ -49,7 +49,7 @@ final class NIOUpstream: UpstreamClient {
         outbound.method = HTTPMethod(rawValue: request.method.rawValue)
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: target.authority, preserveHost: config.preserveHost)
+            upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
         for field in fields {
             switch field.name.canonicalName {
             // Framing follows the buffered body; `Expect` is moot once the body is here.

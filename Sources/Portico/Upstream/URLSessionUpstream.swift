@@ -85,7 +85,7 @@ final class URLSessionUpstream: UpstreamClient {
 
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: target.authority, preserveHost: config.preserveHost)
+            upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
         for (name, value) in Self.joinedForDictionary(fields) {
             urlRequest.setValue(value, forHTTPHeaderField: name)
         }
