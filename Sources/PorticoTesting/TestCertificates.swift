@@ -1,6 +1,7 @@
 import Foundation
 import NIOSSL
 import Portico
+import Synchronization
 
 /// Throwaway certificates made with `openssl` at test time, in a temporary directory.
 ///
@@ -33,13 +34,29 @@ public struct TestCertificates: Sendable {
     public let wrongCA: Pair
     public let client: Pair
 
-    /// Generated on first use; a failure (no `openssl`?) is reported by every test that asks.
-    public static func shared() throws -> TestCertificates {
-        try sharedResult.get()
+    /// Generated once per process, on first use; a failure (no `openssl`?) is reported by
+    /// every test that asks. Generation runs on its own thread: it waits for `openssl`
+    /// processes, and blocking Swift concurrency's few threads would stall unrelated tests.
+    public static func shared() async throws -> TestCertificates {
+        let task = generation.withLock { task in
+            if let task { return task }
+            let started = Task { try await generateOnThread() }
+            task = started
+            return started
+        }
+        return try await task.value
     }
 
-    private static let sharedResult: Result<TestCertificates, Failure> = Result { () throws(Failure) in
-        try TestCertificates()
+    private static let generation = Mutex<Task<TestCertificates, any Error>?>(nil)
+
+    private static func generateOnThread() async throws -> TestCertificates {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(with: Result { () throws(Failure) in try TestCertificates() })
+            }
+            thread.name = "portico-test-certificates"
+            thread.start()
+        }
     }
 
     /// Makes a fresh set in a new temporary directory.

@@ -21,12 +21,12 @@ struct ProxyLeg: Sendable, CustomTestStringConvertible {
 struct ProxyConformanceTests {
     /// A gateway with one prefix route to `upstream` over `leg`.
     static func gateway(_ upstream: TestUpstream, _ leg: ProxyLeg,
-                        configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
+                        configure: (inout PorticoConfig) -> Void = { _ in }) async throws -> TestGateway {
         var config = PorticoConfig()
         var settings = UpstreamConfig(name: "up", url: upstream.baseURL.appendingPathComponent("base"))
         settings.transport = leg.transport
         settings.connectTimeout = .seconds(30)
-        if leg.tls { settings.tls = try TestCertificates.shared().trustingCA() }
+        if leg.tls { settings.tls = try await TestCertificates.shared().trustingCA() }
         config.upstreams = ["up": settings]
         config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", stripPrefix: true)]
         configure(&config)
@@ -34,7 +34,7 @@ struct ProxyConformanceTests {
     }
 
     static func started(_ leg: ProxyLeg) async throws -> TestUpstream {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let upstream = TestUpstream(tls: leg.tls ? try certificates.serverTLS(certificates.server) : nil)
         try await upstream.start()
         return upstream
@@ -43,7 +43,7 @@ struct ProxyConformanceTests {
     @Test("every method, its body and the raw target reach the upstream", arguments: ProxyLeg.all)
     func methods(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
             let body: [UInt8] = method == "GET" || method == "OPTIONS" || method == "DELETE" ? [] : Array("payload-\(method)".utf8)
             let response = try await gateway.request(method, "/api/items/a%2Fb?q=1+2&q=%2F&u=%E2%82%AC", body: body)
@@ -65,7 +65,7 @@ struct ProxyConformanceTests {
     func binaryBodies(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
         upstream.route("/base/raw") { request in TestUpstream.Response(status: 200, body: request.body) }
-        let gateway = try Self.gateway(upstream, leg) { $0.listen.maxBodyBytes = 4 * 1024 * 1024 }
+        let gateway = try await Self.gateway(upstream, leg) { $0.listen.maxBodyBytes = 4 * 1024 * 1024 }
         var generator = SystemRandomNumberGenerator()
         for size in [0, 1, 65_535, 1_000_003, 4 * 1024 * 1024] {
             let body = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
@@ -81,7 +81,7 @@ struct ProxyConformanceTests {
           arguments: ProxyLeg.all)
     func headerHygiene(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         let response = try await gateway.request("GET", "/api/h", headers: [
             ("Connection", "keep-alive, X-Secret-Hop"), ("X-Secret-Hop", "1"), ("Keep-Alive", "timeout=5"),
             ("TE", "trailers"), ("Proxy-Authorization", "Basic eDp5"), ("X-Keep", "yes"), ("User-Agent", "portico-test/1"),
@@ -111,7 +111,7 @@ struct ProxyConformanceTests {
         upstream.route("/base/cookies", TestUpstream.Response(status: 200, headers: [
             ("Set-Cookie", "a=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT"), ("Set-Cookie", "b=2; HttpOnly"),
         ], body: "ok"))
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         let response = try await gateway.request("GET", "/api/cookies")
         #expect(response.headers("set-cookie").sorted() == ["a=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT", "b=2; HttpOnly"])
         await gateway.stop()
@@ -124,7 +124,7 @@ struct ProxyConformanceTests {
         for status in [301, 302, 307] {
             upstream.route("/base/r\(status)", .redirect(status, location: "/elsewhere"))
         }
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         for status in [301, 302, 307] {
             let response = try await gateway.request("GET", "/api/r\(status)")
             #expect(response.status == status)
@@ -140,7 +140,7 @@ struct ProxyConformanceTests {
         let upstream = try await Self.started(leg)
         let plain = Array(String(repeating: "{\"hello\":\"world\"}", count: 500).utf8)
         upstream.route("/base/z", .gzip(plain, headers: [("Content-Type", "application/json")]))
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         let response = try await gateway.request("GET", "/api/z", headers: [("Accept-Encoding", "gzip")])
         #expect(response.status == 200)
         #expect(response.header("content-encoding") == "gzip")
@@ -155,7 +155,7 @@ struct ProxyConformanceTests {
         let upstream = try await Self.started(leg)
         upstream.route("/base/none", .noContent)
         upstream.route("/base/same", .notModified(etag: "\"v1\""))
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         let connection = try gateway.connect()
         try await connection.send("GET /api/none HTTP/1.1\r\nHost: x\r\n\r\nGET /api/same HTTP/1.1\r\nHost: x\r\n\r\nGET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
         let noContent = try #require(try await connection.readResponse())
@@ -174,7 +174,7 @@ struct ProxyConformanceTests {
     func basicChallenge(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
         upstream.route("/base/private", .basicChallenge(realm: "x"))
-        let gateway = try Self.gateway(upstream, leg) { $0.listen.requestTimeout = .seconds(20) }
+        let gateway = try await Self.gateway(upstream, leg) { $0.listen.requestTimeout = .seconds(20) }
         let started = ContinuousClock.now
         let response = try await gateway.request("GET", "/api/private")
         #expect(response.status == 401)
@@ -188,7 +188,7 @@ struct ProxyConformanceTests {
     func slowUpstream(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
         upstream.route("/base/slow", .never)
-        let gateway = try Self.gateway(upstream, leg) { $0.routes[0].timeout = .milliseconds(400) }
+        let gateway = try await Self.gateway(upstream, leg) { $0.routes[0].timeout = .milliseconds(400) }
         let started = ContinuousClock.now
         let response = try await gateway.request("GET", "/api/slow")
         #expect(response.status == 504)
@@ -203,7 +203,7 @@ struct ProxyConformanceTests {
     func brokenUpstream(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
         upstream.route("/base/cut", .truncated(declaredLength: 10_000, body: Array(repeating: 0x41, count: 100)))
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         let cut = try await gateway.request("GET", "/api/cut")
         #expect(cut.status == 502)
         #expect(try JSONDecoder().decode(ErrorBody.self, from: Data(cut.body)).error == "upstream_unavailable")
@@ -218,7 +218,7 @@ struct ProxyConformanceTests {
     func concurrency(leg: ProxyLeg) async throws {
         let upstream = try await Self.started(leg)
         upstream.route("/base/mirror") { request in TestUpstream.Response(status: 200, body: request.body) }
-        let gateway = try Self.gateway(upstream, leg)
+        let gateway = try await Self.gateway(upstream, leg)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<200 {
                 group.addTask {

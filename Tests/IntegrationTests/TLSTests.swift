@@ -8,7 +8,7 @@ import Testing
 struct TLSTests {
     static func upstream(_ pair: KeyPath<TestCertificates, TestCertificates.Pair>,
                          requireClientCertificate: Bool = false) async throws -> TestUpstream {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let upstream = TestUpstream(tls: try certificates.serverTLS(certificates[keyPath: pair],
                                                                      requireClientCertificate: requireClientCertificate))
         try await upstream.start()
@@ -35,7 +35,7 @@ struct TLSTests {
     @Test("an https upstream signed by ca_file's CA answers, with host name and chain checked")
     func customCA() async throws {
         let upstream = try await Self.upstream(\.server)
-        let gateway = try Self.gateway(upstream.baseURL, tls: try TestCertificates.shared().trustingCA())
+        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA())
         let response = try await gateway.request("GET", "/api/hello?x=1")
         #expect(response.status == 200)
         let echo = try TestUpstream.Echo.decode(response.body)
@@ -61,7 +61,7 @@ struct TLSTests {
     func verificationFailures(server: BadServer) async throws {
         let upstream = try await Self.upstream(server.certificate)
         let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
-        let gateway = try Self.gateway(upstream.baseURL, tls: try TestCertificates.shared().trustingCA(), logger: log.logger)
+        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA(), logger: log.logger)
         let response = try await gateway.request("GET", "/api/secret")
         #expect(response.status == 502)
         #expect(try Self.errorCode(response) == "upstream_tls_error")
@@ -93,7 +93,7 @@ struct TLSTests {
     @Test("server_name is the name the certificate is checked against; Host stays the configured authority")
     func serverName() async throws {
         let upstream = try await Self.upstream(\.otherHost)
-        var tls = try TestCertificates.shared().trustingCA()
+        var tls = try await TestCertificates.shared().trustingCA()
         tls.serverName = "upstream.internal"
         let gateway = try Self.gateway(upstream.baseURL, tls: tls)
         let response = try await gateway.request("GET", "/api/named")
@@ -106,7 +106,7 @@ struct TLSTests {
     @Test("an upstream requiring a client certificate refuses Portico without one and accepts it with one")
     func mutualTLS() async throws {
         let upstream = try await Self.upstream(\.server, requireClientCertificate: true)
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let without = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA())
         let refused = try await without.request("GET", "/api/mtls")
         #expect(refused.status == 502)
@@ -126,7 +126,7 @@ struct TLSTests {
 
     @Test("min_version 1.3 refuses a server that stops at TLS 1.2")
     func minimumVersion() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         var serverTLS = try certificates.serverTLS(certificates.server)
         serverTLS.maximumTLSVersion = .tlsv12
         let upstream = TestUpstream(tls: serverTLS)
@@ -182,7 +182,7 @@ struct TLSTests {
         }
         let app = try await ProxyConformanceTests.started(ProxyLeg(transport: .nio, tls: false))
         let tokenURL = idp.baseURL.appendingPathComponent("oauth2/token")
-        let gateway = try Self.tokenGateway(tokenURL: tokenURL, tls: try TestCertificates.shared().trustingCA(),
+        let gateway = try Self.tokenGateway(tokenURL: tokenURL, tls: try await TestCertificates.shared().trustingCA(),
                                             upstreamPort: app.port)
         let response = try await gateway.request("GET", "/api/orders")
         #expect(response.status == 200)
@@ -205,7 +205,7 @@ struct TLSTests {
 
     @Test("listen.tls serves HTTPS that curl verifies with the CA, and refuses plain HTTP")
     func listenerTLS() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         var config = PorticoConfig()
         config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
                                             privateKeyPEM: certificates.server.keyPEM)

@@ -18,8 +18,8 @@ struct TLSConfigTests {
     }
 
     @Test("an upstream's tls keys are read, files parsed at load")
-    func upstreamKeys() throws {
-        let certs = try TestCertificates.shared()
+    func upstreamKeys() async throws {
+        let certs = try await TestCertificates.shared()
         let config = try load(Self.upstream("""
             ca_file: \(certs.ca.certificateFile)
             client_cert_file: \(certs.client.certificateFile)
@@ -37,14 +37,14 @@ struct TLSConfigTests {
     }
 
     @Test("no tls section keeps verification against the system store")
-    func defaults() throws {
+    func defaults() async throws {
         let config = try load(Self.upstream("{}"))
         #expect(config.upstreams["billing"]?.tls.isDefault == true)
     }
 
     @Test("missing, malformed and mismatched files are errors naming the key path")
-    func badFiles() throws {
-        let certs = try TestCertificates.shared()
+    func badFiles() async throws {
+        let certs = try await TestCertificates.shared()
         let garbage = certs.directory + "/garbage.pem"
         _ = FileManager.default.createFile(atPath: garbage, contents: Data("not a certificate\n".utf8))
         let found = diagnostics(Self.upstream("""
@@ -67,8 +67,8 @@ struct TLSConfigTests {
     }
 
     @Test("a client certificate needs its key and the other way round")
-    func pairedClientFiles() throws {
-        let certs = try TestCertificates.shared()
+    func pairedClientFiles() async throws {
+        let certs = try await TestCertificates.shared()
         let found = diagnostics(Self.upstream("client_cert_file: \(certs.client.certificateFile)"))
         #expect(found.contains { $0.hasSuffix("upstreams.billing.tls.client_cert_file: needs client_key_file as well") })
         let other = diagnostics(Self.upstream("client_key_file: \(certs.client.keyFile)"))
@@ -76,8 +76,8 @@ struct TLSConfigTests {
     }
 
     @Test("the urlsession transport refuses each key it cannot honour, by key path")
-    func urlsessionRefusals() throws {
-        let certs = try TestCertificates.shared()
+    func urlsessionRefusals() async throws {
+        let certs = try await TestCertificates.shared()
         let found = diagnostics(Self.upstream("""
             ca_file: \(certs.ca.certificateFile)
             client_cert_file: \(certs.client.certificateFile)
@@ -104,13 +104,13 @@ struct TLSConfigTests {
     }
 
     @Test("insecure_skip_verify is accepted with a warning, and refused next to ca_file or server_name")
-    func insecureSkipVerify() throws {
+    func insecureSkipVerify() async throws {
         let config = try load(Self.upstream("insecure_skip_verify: true"))
         #expect(config.upstreams["billing"]?.tls.insecureSkipVerify == true)
         #expect(config.warnings.map(\.description) == [
             "portico.yaml:6 upstreams.billing.tls.insecure_skip_verify: TLS verification is off: any certificate is accepted, so traffic can be intercepted",
         ])
-        let certs = try TestCertificates.shared()
+        let certs = try await TestCertificates.shared()
         let found = diagnostics(Self.upstream("""
             ca_file: \(certs.ca.certificateFile)
             insecure_skip_verify: yes
@@ -120,7 +120,7 @@ struct TLSConfigTests {
     }
 
     @Test("tls on an http:// URL, bad values and unknown keys are errors")
-    func badValues() throws {
+    func badValues() async throws {
         let found = diagnostics(Self.upstream("""
             server_name: "bad name:443"
             min_version: "1.1"
@@ -133,8 +133,8 @@ struct TLSConfigTests {
     }
 
     @Test("a credential's token endpoint takes transport and tls")
-    func credentialTLS() throws {
-        let certs = try TestCertificates.shared()
+    func credentialTLS() async throws {
+        let certs = try await TestCertificates.shared()
         let base = """
             credentials:
               idp:
@@ -167,8 +167,8 @@ struct TLSConfigTests {
     }
 
     @Test("listen.tls reads the certificate and key; both are required and must match")
-    func listenTLS() throws {
-        let certs = try TestCertificates.shared()
+    func listenTLS() async throws {
+        let certs = try await TestCertificates.shared()
         let config = try load("""
             listen:
               tls: { cert_file: \(certs.server.certificateFile), key_file: \(certs.server.keyFile) }
@@ -194,8 +194,8 @@ struct TLSConfigTests {
     }
 
     @Test("relative file paths start at the configuration file's directory, and reload reads them again")
-    func relativePaths() throws {
-        let certs = try TestCertificates.shared()
+    func relativePaths() async throws {
+        let certs = try await TestCertificates.shared()
         let directory = certs.directory + "/relative-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: certs.ca.certificateFile, toPath: directory + "/ca.pem")
