@@ -146,6 +146,23 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
+    @Test("without min_version the floor is TLS 1.2: a TLS 1.1 server is refused")
+    func defaultFloor() async throws {
+        let certificates = try await TestCertificates.shared()
+        var serverTLS = try certificates.serverTLS(certificates.server)
+        serverTLS.minimumTLSVersion = .tlsv1
+        serverTLS.maximumTLSVersion = .tlsv11
+        let upstream = TestUpstream(tls: serverTLS)
+        try await upstream.start()
+        let gateway = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA())
+        let refused = try await gateway.request("GET", "/api/old")
+        #expect(refused.status == 502)
+        #expect(try Self.errorCode(refused) == "upstream_tls_error")
+        #expect(upstream.totalHits == 0)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
     @Test("insecure_skip_verify accepts an untrusted certificate (and only when set)")
     func insecureSkipVerify() async throws {
         let upstream = try await Self.upstream(\.wrongCA)

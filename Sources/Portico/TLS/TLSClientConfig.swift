@@ -29,6 +29,7 @@ public struct TLSClientConfig: Sendable, Equatable {
     public var clientIdentity: ClientIdentity?
     /// Name sent as SNI and checked against the certificate, instead of the URL's host.
     public var serverName: String?
+    /// `nil` means TLS 1.2 on `nio` (NIOSSL alone would allow 1.0).
     public var minimumVersion: Version?
     /// Neither chain nor host name is checked. Only ever set explicitly, and warned about at load.
     public var insecureSkipVerify: Bool = false
@@ -59,11 +60,8 @@ public struct TLSClientConfig: Sendable, Equatable {
             configuration.certificateChain = clientIdentity.certificateChain.map { .certificate($0) }
             configuration.privateKey = .privateKey(clientIdentity.privateKey)
         }
-        switch minimumVersion {
-        case .tls12?: configuration.minimumTLSVersion = .tlsv12
-        case .tls13?: configuration.minimumTLSVersion = .tlsv13
-        case nil: break
-        }
+        // NIOSSL would accept TLS 1.0; Portico's floor is 1.2 unless `min_version` raises it.
+        configuration.minimumTLSVersion = minimumVersion == .tls13 ? .tlsv13 : .tlsv12
         if insecureSkipVerify {
             configuration.certificateVerification = .none
         }
