@@ -174,10 +174,11 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
-    /// A gateway whose `/api` route injects a token from `tokenURL`, fetched over `nio` with `tls`.
-    static func tokenGateway(tokenURL: URL, tls: TLSClientConfig, upstreamPort: Int) throws -> TestGateway {
+    /// A gateway whose `/api` route injects a token from `tokenURL`, fetched over `transport` with `tls`.
+    static func tokenGateway(tokenURL: URL, transport: UpstreamConfig.Transport = .nio, tls: TLSClientConfig,
+                             upstreamPort: Int) throws -> TestGateway {
         var oauth = OAuth2Config(tokenURL: tokenURL, clientID: "portico", clientSecret: "s3cret")
-        oauth.transport = .nio
+        oauth.transport = transport
         oauth.tls = tls
         var config = PorticoConfig()
         config.credentials["idp"] = CredentialConfig(kind: .oauth2ClientCredentials(oauth))
@@ -213,9 +214,18 @@ struct TLSTests {
         #expect(refused.status == 503)
         #expect(try Self.errorCode(refused) == "credentials_unavailable")
         #expect(refused.bodyText.contains("TLS failure: certificate verify failed"), "\(refused.bodyText)")
+        await untrusted.stop()
+
+        // URLSession (the default) verifies against the system store and says why it refused.
+        let urlsession = try Self.tokenGateway(tokenURL: tokenURL, transport: .urlsession, tls: TLSClientConfig(),
+                                               upstreamPort: app.port)
+        let refusedToo = try await urlsession.request("GET", "/api/orders")
+        #expect(refusedToo.status == 503)
+        #expect(refusedToo.bodyText.contains("TLS failure: certificate verify failed: unable to get local issuer certificate"),
+                "\(refusedToo.bodyText)")
+        await urlsession.stop()
         #expect(idp.hits("/oauth2/token") == 1)
         #expect(app.totalHits == 1)
-        await untrusted.stop()
         await app.shutdown()
         await idp.shutdown()
     }
