@@ -306,22 +306,30 @@ protocol TokenTransport: Sendable {
 
 /// Token calls through URLSession, driven by `TokenSessionDelegate`.
 final class URLSessionTokenTransport: TokenTransport {
-    private let session: URLSession
+    /// `nil` once shut down: URLSession traps on a task made after `invalidateAndCancel`, and a
+    /// token refresh can race a shutdown, so tasks are made and the session invalidated under one lock.
+    private let session: Mutex<URLSession?>
     private let delegate: TokenSessionDelegate
 
     init(backstopSeconds: Int, limit: Int) {
         let configuration = URLSessionConfiguration.portico(backstopSeconds: backstopSeconds)
         let delegate = TokenSessionDelegate(limit: limit)
         self.delegate = delegate
-        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+        session = Mutex(URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil))
     }
 
     func post(_ request: URLRequest) async throws(TokenEndpointError) -> (Int, Data) {
-        try await delegate.perform(request, in: session)
+        guard let task = session.withLock({ $0?.dataTask(with: request) }) else {
+            throw TokenEndpointError(.transport("the credential was shut down"))
+        }
+        return try await delegate.perform(task)
     }
 
     func shutdown() {
-        session.invalidateAndCancel()
+        session.withLock { session in
+            session?.invalidateAndCancel()
+            session = nil
+        }
     }
 }
 
@@ -349,8 +357,7 @@ final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     }
 
     /// Runs `request` and returns the status and body; cancellation cancels the task at once.
-    func perform(_ request: URLRequest, in session: URLSession) async throws(TokenEndpointError) -> (Int, Data) {
-        let task = session.dataTask(with: request)
+    func perform(_ task: URLSessionDataTask) async throws(TokenEndpointError) -> (Int, Data) {
         let id = task.taskIdentifier
         do {
             return try await withTaskCancellationHandler {
