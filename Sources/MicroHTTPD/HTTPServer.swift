@@ -150,8 +150,9 @@ final class ServerCore: Sendable {
             logTarget.deinitialize(count: 1)
             logTarget.deallocate()
             tls?.release()
-            // GnuTLS refusing the certificate or key is reported through the error log.
-            let detail = tls == nil ? String(cString: strerror(errno)) : "\(String(cString: strerror(errno))) or a TLS certificate/key libmicrohttpd refused (see its log)"
+            var detail = String(cString: strerror(errno))
+            // GnuTLS refusing the certificate or key is reported through the error log only.
+            if tls != nil { detail += " (or libmicrohttpd refused the TLS certificate or key: see its log)" }
             throw .startFailed(address: configuration.address, port: configuration.port, detail: detail)
         }
         let port = portico_mhd_bound_port(daemon)
