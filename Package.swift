@@ -61,6 +61,7 @@ let package = Package(
             dependencies: [
                 "Portico",
                 "PorticoTesting",
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -86,6 +87,7 @@ let package = Package(
                 "PorticoTesting",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strict

@@ -135,6 +135,12 @@ static inline void *portico_mhd_socket_context(struct MHD_Connection *c) {
     return info == NULL ? NULL : info->socket_context;
 }
 
+/* The connection's socket, or -1. */
+static inline int portico_mhd_connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}
+
 /* MHD_set_response_options is variadic. */
 static inline enum MHD_Result portico_mhd_set_response_flags(struct MHD_Response *r, enum MHD_ResponseFlags flags) {
     return MHD_set_response_options(r, flags, MHD_RO_END);

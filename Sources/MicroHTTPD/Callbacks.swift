@@ -23,12 +23,24 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
     switch code {
     case portico_notify_started:
         var address = [CChar](repeating: 0, count: 64)
-        let client = connection.flatMap { portico_mhd_client_address($0, &address, address.count) == 0 ? String(cString: address) : nil } ?? ""
-        socketContext.pointee = Unmanaged.passRetained(ConnectionContext(clientAddress: client)).toOpaque()
+        let client = connection.flatMap { connection in
+            address.withUnsafeMutableBufferPointer { buffer in
+                portico_mhd_client_address(connection, buffer.baseAddress, buffer.count) == 0
+                    ? String(cString: buffer.baseAddress!) : nil
+            }
+        } ?? ""
+        let core = server(cls)
+        let timer = ConnectionTimer(socket: connection.map { portico_mhd_connection_fd($0) } ?? -1,
+                                    deadline: .now + core.configuration.headerTimeout)
+        core.opened(timer)
+        socketContext.pointee = Unmanaged.passRetained(ConnectionContext(clientAddress: client, timer: timer)).toOpaque()
     case portico_notify_closed:
         guard let raw = socketContext.pointee else { return }
         let context = Unmanaged<ConnectionContext>.fromOpaque(raw).takeRetainedValue()
-        server(cls).released(context)
+        context.timer.markClosed()
+        let core = server(cls)
+        core.closed(context.timer)
+        core.released(context)
         socketContext.pointee = nil
     default:
         break
@@ -39,7 +51,9 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
 let mhdURILog: portico_uri_log_callback = { cls, uri, connection in
     guard let context = connectionContext(connection) else { return nil }
     let target = uri.map { String(cString: $0) } ?? "/"
-    context.request = RequestInProgress(target: target, startedAt: .now)
+    let now = ContinuousClock.now
+    context.request = RequestInProgress(target: target, startedAt: now)
+    context.timer.tighten(to: now + server(cls).configuration.headerTimeout)
     return Unmanaged.passUnretained(context).toOpaque()
 }
 
@@ -47,7 +61,10 @@ let mhdURILog: portico_uri_log_callback = { cls, uri, connection in
 let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, _ in
     guard let context = connectionContext(connection) else { return }
     context.request = nil
-    server(cls).released(context)
+    let core = server(cls)
+    // Until the next request line: libmicrohttpd's idle timeout, then the head's own.
+    context.timer.arm(.head, until: .now + core.configuration.idleTimeout + core.configuration.headerTimeout)
+    core.released(context)
 }
 
 /// libmicrohttpd's own error messages.
@@ -83,6 +100,7 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     // First call: the head is complete.
     if !request.headersSeen {
         request.headersSeen = true
+        context.timer.arm(.body, until: request.startedAt + limits.requestTimeout)
         let collector = HeaderCollector()
         MHD_get_connection_values_n(connection, portico_header_kind, collectHeader,
                                     Unmanaged.passUnretained(collector).toOpaque())
@@ -137,6 +155,7 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         core?.completed(pending)
     }
     context.pending = pending
+    context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
     MHD_suspend_connection(connection)
     core.register(pending)
     let handler = core.handler

@@ -1,17 +1,25 @@
 import CMicroHTTPD
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// State of one client connection, created and destroyed by libmicrohttpd's connection
 /// notifications (so it is released however the connection ends). Only ever touched on the
-/// libmicrohttpd thread that owns the connection, so it needs no lock and is not `Sendable`.
+/// libmicrohttpd thread that owns the connection, so it needs no lock and is not `Sendable`;
+/// the part the watchdog reads from another thread is `timer`.
 final class ConnectionContext {
     /// The request being read, from its request line on.
     var request: RequestInProgress?
     /// Set from suspension until the response is queued (or the request is abandoned).
     var pending: PendingResponse?
     let clientAddress: String
+    let timer: ConnectionTimer
 
-    init(clientAddress: String) {
+    init(clientAddress: String, timer: ConnectionTimer) {
         self.clientAddress = clientAddress
+        self.timer = timer
     }
 }
 
@@ -27,5 +35,68 @@ final class RequestInProgress {
     init(target: String, startedAt: ContinuousClock.Instant) {
         self.target = target
         self.startedAt = startedAt
+    }
+}
+
+/// How long a connection may take to deliver what it owes: its request head, or its body.
+/// libmicrohttpd's own timeout is for inactivity, which a client sending a byte now and then
+/// (slowloris) never triggers; the watchdog checks these deadlines and shuts such sockets down.
+final class ConnectionTimer: Sendable {
+    enum Phase: Sendable {
+        /// Waiting for a request head (from accept, or after the previous response).
+        case head
+        /// The head arrived; waiting for the body.
+        case body
+    }
+
+    private struct State {
+        var deadline: ContinuousClock.Instant?
+        var phase: Phase = .head
+        var closed = false
+    }
+
+    /// The socket. libmicrohttpd closes it only after its close notification, which takes the
+    /// same lock as `expire`: a shutdown can never reach a descriptor the kernel has reused.
+    private let socket: Int32
+    private let state: Mutex<State>
+
+    init(socket: Int32, deadline: ContinuousClock.Instant) {
+        self.socket = socket
+        self.state = Mutex(State(deadline: deadline))
+    }
+
+    /// Sets (or with `nil`, clears) the deadline for `phase`.
+    func arm(_ phase: Phase, until deadline: ContinuousClock.Instant?) {
+        state.withLock { state in
+            state.phase = phase
+            state.deadline = deadline
+        }
+    }
+
+    /// Brings the deadline forward to `deadline` if it is later (a request line arrived).
+    func tighten(to deadline: ContinuousClock.Instant) {
+        state.withLock { state in
+            if let current = state.deadline, current <= deadline { return }
+            state.deadline = deadline
+        }
+    }
+
+    /// Called from the close notification: the socket is about to be closed.
+    func markClosed() {
+        state.withLock { state in
+            state.closed = true
+            state.deadline = nil
+        }
+    }
+
+    /// Shuts the socket down when its deadline has passed; returns the phase it was in.
+    func expire(now: ContinuousClock.Instant) -> Phase? {
+        state.withLock { state -> Phase? in
+            guard !state.closed, let deadline = state.deadline, now >= deadline, socket >= 0 else { return nil }
+            state.deadline = nil
+            // libmicrohttpd sees the socket fail on its next read or write and closes the connection.
+            _ = Glibc.shutdown(socket, Int32(SHUT_RDWR))
+            return state.phase
+        }
     }
 }

@@ -59,6 +59,8 @@ final class ServerCore: Sendable {
         var stopped = false
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
+        /// Every open connection's timer, for the watchdog.
+        var connections: [ObjectIdentifier: ConnectionTimer] = [:]
         /// Connections suspended or resumed but not yet answered: `MHD_stop_daemon` aborts on them.
         var suspended = 0
     }
@@ -209,13 +211,17 @@ final class ServerCore: Sendable {
         daemon.tls?.release()
     }
 
-    /// Answers requests whose handlers overrun their deadline. A little grace lets a handler's
-    /// own, more specific timeout answer win.
+    /// Answers requests whose handlers overrun their deadline (a little grace lets a handler's
+    /// own, more specific timeout answer win), and every half second disconnects clients too
+    /// slow to deliver a head or body.
     private func watchDeadlines() async {
         let interval = Duration.milliseconds(50)
         let grace = Duration.milliseconds(250)
+        var tick = 0
         while !Task.isCancelled {
             try? await Task.sleep(for: interval)
+            tick += 1
+            if tick % 10 == 0 { expireSlowConnections() }
             let now = ContinuousClock.now
             let overdue = state.withLock { state in
                 state.inFlight.values.filter { now > $0.deadline.advanced(by: grace) }
@@ -227,7 +233,34 @@ final class ServerCore: Sendable {
         }
     }
 
+    private func expireSlowConnections() {
+        let now = ContinuousClock.now
+        let timers = state.withLock { Array($0.connections.values) }
+        var heads = 0, bodies = 0
+        for timer in timers {
+            switch timer.expire(now: now) {
+            case .head: heads += 1
+            case .body: bodies += 1
+            case nil: break
+            }
+        }
+        if heads > 0 {
+            log("closed \(heads) connection(s) whose request head took longer than \(configuration.headerTimeout)")
+        }
+        if bodies > 0 {
+            log("closed \(bodies) connection(s) whose request body took longer than \(configuration.requestTimeout)")
+        }
+    }
+
     // MARK: - Called from libmicrohttpd threads
+
+    func opened(_ timer: ConnectionTimer) {
+        state.withLock { $0.connections[ObjectIdentifier(timer)] = timer }
+    }
+
+    func closed(_ timer: ConnectionTimer) {
+        _ = state.withLock { $0.connections.removeValue(forKey: ObjectIdentifier(timer)) }
+    }
 
     func register(_ pending: PendingResponse) {
         state.withLock { state in

@@ -13,6 +13,11 @@ public struct ServerConfiguration: Sendable {
     /// A request must be answered within this, counted from its first byte being parsed.
     /// The handler is told its deadline; the server answers `timeoutResponse` past it.
     public var requestTimeout: Duration = .seconds(30)
+    /// A request head (request line and headers) must be complete within this, counted from
+    /// the connection's accept or, on a keep-alive connection, from its request line (and at
+    /// most `idleTimeout` plus this after the previous response). Slower clients are disconnected.
+    /// A request body must be complete within `requestTimeout` of its request line.
+    public var headerTimeout: Duration = .seconds(10)
     /// Request line and headers beyond this get 431.
     public var maxHeaderBytes: Int = 32 * 1024
     /// Request bodies beyond this get 413; the rest is not read into memory.

@@ -5,7 +5,6 @@ import Metrics
 import Portico
 import Prometheus
 
-@main
 struct PorticoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "portico",

@@ -65,7 +65,8 @@ public final class RawHTTPConnection: @unchecked Sendable {
         try await run { [self] in
             var offset = 0
             while offset < bytes.count {
-                let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                // MSG_NOSIGNAL: a peer that has closed makes this fail with EPIPE instead of killing the process.
+                let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 if n <= 0 { throw Failure(description: "write: \(String(cString: strerror(errno)))") }
                 offset += n
             }

@@ -22,20 +22,33 @@ struct ProxyConformanceTests {
     /// A gateway with one prefix route to `upstream` over `leg`.
     static func gateway(_ upstream: TestUpstream, _ leg: ProxyLeg,
                         configure: (inout PorticoConfig) -> Void = { _ in }) async throws -> TestGateway {
+        let tls = leg.tls ? try await TestCertificates.shared().trustingCA() : TLSClientConfig()
+        return try gateway(upstream, leg.transport, tls: tls, configure: configure)
+    }
+
+    /// A gateway with one prefix route to `upstream` over `transport` (for suites reusing this one).
+    static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport, tls: TLSClientConfig = TLSClientConfig(),
+                        configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
         var config = PorticoConfig()
         var settings = UpstreamConfig(name: "up", url: upstream.baseURL.appendingPathComponent("base"))
-        settings.transport = leg.transport
+        settings.transport = transport
         settings.connectTimeout = .seconds(30)
-        if leg.tls { settings.tls = try await TestCertificates.shared().trustingCA() }
+        settings.tls = tls
         config.upstreams = ["up": settings]
         config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", stripPrefix: true)]
         configure(&config)
         return try TestGateway(config)
     }
 
-    static func started(_ leg: ProxyLeg) async throws -> TestUpstream {
-        let certificates = try await TestCertificates.shared()
-        let upstream = TestUpstream(tls: leg.tls ? try certificates.serverTLS(certificates.server) : nil)
+    /// A started upstream: plain HTTP, or HTTPS with the test CA's server certificate for a TLS leg.
+    static func started(_ leg: ProxyLeg = ProxyLeg(transport: .nio, tls: false)) async throws -> TestUpstream {
+        let upstream: TestUpstream
+        if leg.tls {
+            let certificates = try await TestCertificates.shared()
+            upstream = TestUpstream(tls: try certificates.serverTLS(certificates.server))
+        } else {
+            upstream = TestUpstream()
+        }
         try await upstream.start()
         return upstream
     }

@@ -196,6 +196,49 @@ struct HTTPServerTests {
         }
     }
 
+    /// Sends `piece` every 100 ms (the client's pace) until the server cuts the connection off
+    /// or `limit` passes; returns whether it was cut off.
+    static func dribble(_ piece: String, on connection: RawHTTPConnection, limit: Duration = .seconds(30)) async throws -> Bool {
+        let start = ContinuousClock.now
+        while start.duration(to: .now) < limit {
+            do { try await connection.send(piece) } catch { return true }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return false
+    }
+
+    @Test("slowloris: a head dribbled byte by byte is cut off after the header timeout; others are served meanwhile")
+    func slowHead() async throws {
+        try await withServer({ $0.headerTimeout = .seconds(1); $0.idleTimeout = .seconds(60) }, handler: echo) { server in
+            let slow = try RawHTTPConnection(port: Int(server.port))
+            try await slow.send("GET / HTTP/1.1\r\nHost: x\r\n")
+            async let cutOff = Self.dribble("X-Slow: a\r\n", on: slow)
+            let other = try RawHTTPConnection(port: Int(server.port))
+            try await other.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await other.readResponse()?.status == 200)
+            #expect(try await cutOff)
+            #expect(await eventually { server.openConnections <= 1 })
+        }
+    }
+
+    @Test("a connection that never sends a request line is closed after the header timeout, not the idle timeout")
+    func silentConnection() async throws {
+        try await withServer({ $0.headerTimeout = .seconds(1); $0.idleTimeout = .seconds(120) }, handler: echo) { server in
+            let silent = try RawHTTPConnection(port: Int(server.port))
+            #expect(try await silent.isClosedByPeer())
+        }
+    }
+
+    @Test("a body dribbled slower than the request timeout is cut off")
+    func slowBody() async throws {
+        try await withServer({ $0.headerTimeout = .seconds(5); $0.requestTimeout = .seconds(1); $0.idleTimeout = .seconds(60) },
+                             handler: echo) { server in
+            let slow = try RawHTTPConnection(port: Int(server.port))
+            try await slow.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+            #expect(try await Self.dribble("a", on: slow))
+        }
+    }
+
     @Test("a handler past the request deadline is answered 504 by the server")
     func requestDeadline() async throws {
         let handler: HTTPServer.Handler = { _ in

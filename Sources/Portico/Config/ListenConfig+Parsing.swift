@@ -10,9 +10,11 @@ extension ListenConfig {
         m.read("threads", into: &c.threads) { $0.int(in: 1...1024) }
         m.read("connection_limit", into: &c.connectionLimit) { $0.int(in: 1...Int.max) }
         m.read("idle_timeout", into: &c.idleTimeout) { $0.duration() }
+        m.read("header_timeout", into: &c.headerTimeout) { $0.duration(positive: true) }
         m.read("request_timeout", into: &c.requestTimeout) { $0.duration(positive: true) }
         m.read("max_header_bytes", into: &c.maxHeaderBytes) { $0.size() }
         m.read("max_body_bytes", into: &c.maxBodyBytes) { $0.size(minimum: 0) }
+        m.read("max_in_flight", into: &c.maxInFlight) { $0.int(in: 0...Int.max) }
         m.read("drain_delay", into: &c.drainDelay) { $0.duration() }
         m.read("shutdown_grace", into: &c.shutdownGrace) { $0.duration() }
         m.read("tls", into: &c.tls) { $0.mapping().flatMap(ListenTLSConfig.parse) }

@@ -1,7 +1,7 @@
 extension MiddlewareConfig {
     /// Every `type:` the loader knows. Adding a middleware is one entry here, one case in
     /// `parse`, and a `parse` function next to its config struct.
-    static let supportedTypes = ["access_log", "auth", "rate_limit", "retry"]
+    static let supportedTypes = ["access_log", "auth", "compress", "rate_limit", "retry"]
 
     /// `middleware.NAME`, dispatched on `type:`.
     static func parse(_ m: ConfigMapping, names: ConfigNames) -> MiddlewareConfig? {
@@ -12,6 +12,7 @@ extension MiddlewareConfig {
         case "auth": result = AuthConfig.parse(m, names: names).map(MiddlewareConfig.auth)
         case "retry": result = RetryConfig.parse(m).map(MiddlewareConfig.retry)
         case "rate_limit": result = RateLimitConfig.parse(m).map(MiddlewareConfig.rateLimit)
+        case "compress": result = CompressConfig.parse(m).map(MiddlewareConfig.compress)
         default:
             let hint = type.shown.hasPrefix("value from") ? "" : NameSuggester.hint(for: type.text, in: supportedTypes)
             typeNode.error("unknown middleware type \(type.shown)\(hint); supported: "

@@ -42,10 +42,15 @@ public struct ListenConfig: Sendable, Equatable {
     public var connectionLimit: Int = 10_000
     /// Idle connections are closed after this long.
     public var idleTimeout: Duration = .seconds(60)
+    /// A request head must be complete within this (slow clients are disconnected).
+    public var headerTimeout: Duration = .seconds(10)
     /// Every request must be answered within this (head, body, chain, upstream).
     public var requestTimeout: Duration = .seconds(30)
     public var maxHeaderBytes: Int = 32 * 1024
     public var maxBodyBytes: Int = 10 * 1024 * 1024
+    /// Requests in flight at once over all routes; past it, 503 `overloaded` at once. 0: no cap
+    /// (connections are still capped by `connectionLimit`).
+    public var maxInFlight: Int = 4096
     /// On SIGTERM: keep accepting this long after /readyz turns 503 (load balancers notice).
     public var drainDelay: Duration = .zero
     /// On SIGTERM: in-flight requests get this long to finish.
@@ -132,9 +137,12 @@ public struct RouteConfig: Sendable, Equatable {
     public var middleware: [String]?
     /// Overrides `listen.request_timeout` for this route.
     public var timeout: Duration?
+    /// Requests in flight on this route at once; past it, 503 `overloaded`. `nil`: no route cap.
+    public var maxInFlight: Int?
 
     public init(name: String, match: Match, upstream: String? = nil, direct: Direct? = nil,
-                stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil) {
+                stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil,
+                maxInFlight: Int? = nil) {
         self.name = name
         self.match = match
         self.upstream = upstream
@@ -142,6 +150,7 @@ public struct RouteConfig: Sendable, Equatable {
         self.stripPrefix = stripPrefix
         self.middleware = middleware
         self.timeout = timeout
+        self.maxInFlight = maxInFlight
     }
 }
 
@@ -151,6 +160,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
     case auth(AuthConfig)
     case retry(RetryConfig)
     case rateLimit(RateLimitConfig)
+    case compress(CompressConfig)
 
     /// The `type:` string.
     public var typeName: String {
@@ -159,6 +169,7 @@ public enum MiddlewareConfig: Sendable, Equatable {
         case .auth: "auth"
         case .retry: "retry"
         case .rateLimit: "rate_limit"
+        case .compress: "compress"
         }
     }
 }

@@ -46,11 +46,14 @@ extension RouteConfig {
         m.read("middleware", into: &middleware) { $0.middlewareList(names: names) }
         var timeout: Duration?
         m.read("timeout", into: &timeout) { $0.duration(positive: true) }
+        var maxInFlight: Int?
+        m.read("max_in_flight", into: &maxInFlight) { $0.int(in: 1...Int.max) }
         m.finish()
 
         guard let name, let match, upstream != nil || direct != nil else { return (name, nil) }
         return (name, RouteConfig(name: name, match: match, upstream: upstream, direct: direct,
-                                  stripPrefix: stripPrefix, middleware: middleware, timeout: timeout))
+                                  stripPrefix: stripPrefix, middleware: middleware, timeout: timeout,
+                                  maxInFlight: maxInFlight))
     }
 }
 

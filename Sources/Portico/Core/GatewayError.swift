@@ -90,6 +90,14 @@ extension GatewayError {
         GatewayError(status: .serviceUnavailable, code: "credentials_unavailable",
                      message: "credential \(credential): \(detail)")
     }
+    /// 503 at once when too many requests are in flight (overall or on `route`).
+    public static func overloaded(route: String?) -> GatewayError {
+        var fields = HTTPFields()
+        fields[.retryAfter] = "1"
+        let scope = route.map { "on route \($0)" } ?? "in the gateway"
+        return GatewayError(status: .serviceUnavailable, code: "overloaded",
+                            message: "too many requests in flight \(scope); retry later", headerFields: fields)
+    }
     /// 429 with `Retry-After` in whole seconds (at least 1, as clients round 0 to "now").
     public static func rateLimited(retryAfter: Duration, headerFields: HTTPFields = [:]) -> GatewayError {
         var fields = headerFields

@@ -17,13 +17,16 @@ public enum RequestID {
     /// A new random id: 16 bytes as 32 lowercase hex characters.
     public static func generate() -> String {
         var generator = SystemRandomNumberGenerator()
-        let hi = generator.next() as UInt64
-        let lo = generator.next() as UInt64
-        return hex(hi) + hex(lo)
-    }
-
-    private static func hex(_ value: UInt64) -> String {
-        let s = String(value, radix: 16)
-        return String(repeating: "0", count: 16 - s.count) + s
+        let words = (generator.next() as UInt64, generator.next() as UInt64)
+        // Written straight into the string's storage: this runs once per request.
+        return String(unsafeUninitializedCapacity: 32) { buffer in
+            for (offset, word) in [words.0, words.1].enumerated() {
+                for nibble in 0..<16 {
+                    let value = UInt8(truncatingIfNeeded: word >> (60 - 4 * UInt64(nibble))) & 0x0F
+                    buffer[offset * 16 + nibble] = value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+                }
+            }
+            return 32
+        }
     }
 }

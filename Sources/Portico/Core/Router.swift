@@ -123,16 +123,19 @@ public struct Route: Sendable {
     public var upstream: String?
     /// Overrides the listener's request timeout.
     public var timeout: Duration?
+    /// The route's own cap on requests in flight, if any.
+    public var inFlight: InFlightLimit?
     /// The route's middleware around its endpoint.
     public var responder: any Responder
 
     public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
-                timeout: Duration? = nil, responder: any Responder) {
+                timeout: Duration? = nil, inFlight: InFlightLimit? = nil, responder: any Responder) {
         self.name = name
         self.matcher = matcher
         self.stripPrefix = stripPrefix
         self.upstream = upstream
         self.timeout = timeout
+        self.inFlight = inFlight
         self.responder = responder
     }
 

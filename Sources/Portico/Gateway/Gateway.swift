@@ -9,6 +9,8 @@ import Synchronization
 public final class Gateway: Sendable {
     private let runtime: Mutex<GatewayRuntime>
     private let draining = Atomic<Bool>(false)
+    /// `listen.max_in_flight`, over every route; the cap follows reloads, the count carries over.
+    private let inFlight: InFlightLimit
     let logger: Logger
     let clock: any GatewayClock
     let metrics: GatewayMetrics
@@ -19,6 +21,7 @@ public final class Gateway: Sendable {
                 metrics: GatewayMetrics = GatewayMetrics(), scheme: String = "http") {
         self.runtime = Mutex(runtime)
         self.scheme = scheme
+        self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight)
         self.logger = logger
         self.clock = clock
         self.metrics = metrics
@@ -30,7 +33,8 @@ public final class Gateway: Sendable {
     /// Installs `new` for new requests; returns the previous one (in-flight requests finish on it).
     @discardableResult
     public func install(_ new: GatewayRuntime) -> GatewayRuntime {
-        runtime.withLock { current in
+        inFlight.limit = new.config.listen.maxInFlight
+        return runtime.withLock { current in
             let old = current
             current = new
             return old
@@ -66,6 +70,12 @@ public final class Gateway: Sendable {
             return finish(error.response(requestID: requestID), requestID: requestID, isHead: isHead, close: true)
         }
 
+        guard inFlight.tryEnter() else {
+            metrics.overloaded(route: nil)
+            return finish(GatewayError.overloaded(route: nil).response(requestID: requestID), requestID: requestID, isHead: isHead)
+        }
+        defer { inFlight.leave() }
+
         let route: Route
         switch runtime.router.match(method: request.method, host: request.head.authority, path: request.path) {
         case .route(let matched):
@@ -77,6 +87,16 @@ public final class Gateway: Sendable {
             return finish(GatewayError.methodNotAllowed(request.method, allow: allow).response(requestID: requestID),
                           requestID: requestID, isHead: isHead)
         }
+
+        if let limit = route.inFlight {
+            guard limit.tryEnter() else {
+                routeName = route.name
+                metrics.overloaded(route: route.name)
+                return finish(GatewayError.overloaded(route: route.name).response(requestID: requestID),
+                              requestID: requestID, isHead: isHead)
+            }
+        }
+        defer { route.inFlight?.leave() }
 
         var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
         if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }

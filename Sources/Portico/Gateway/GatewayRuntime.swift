@@ -71,7 +71,8 @@ public final class GatewayRuntime: Sendable {
                 UpstreamEndpoint(client: upstreams[route.upstream!]!, metrics: upstreamMetrics[route.upstream!])
             }
             var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
-                              upstream: route.upstream, timeout: route.timeout, responder: endpoint)
+                              upstream: route.upstream, timeout: route.timeout,
+                              inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)), responder: endpoint)
             built.responder = MiddlewareChain(chain, endpoint: PrefixStripping(route: built, endpoint: endpoint))
             routes.append(built)
         }
@@ -101,6 +102,8 @@ public final class GatewayRuntime: Sendable {
             return RetryMiddleware(retry)
         case .rateLimit(let rateLimit):
             return RateLimitMiddleware(name: name, rateLimit)
+        case .compress(let compress):
+            return CompressMiddleware(compress)
         }
     }
 }

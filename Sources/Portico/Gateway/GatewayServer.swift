@@ -38,6 +38,7 @@ public final class GatewayServer: Sendable {
         configuration.threads = listen.threads
         configuration.connectionLimit = listen.connectionLimit
         configuration.idleTimeout = listen.idleTimeout
+        configuration.headerTimeout = listen.headerTimeout
         configuration.requestTimeout = listen.requestTimeout
         configuration.maxHeaderBytes = listen.maxHeaderBytes
         configuration.maxBodyBytes = listen.maxBodyBytes

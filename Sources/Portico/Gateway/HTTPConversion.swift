@@ -51,17 +51,42 @@ extension GatewayRequest {
                 value = "/"
             }
         }
-        let path = value.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        for segment in path.split(separator: "/", omittingEmptySubsequences: false) {
-            let decoded = segment.lowercased().replacingOccurrences(of: "%2e", with: ".")
-            if decoded == "." || decoded == ".." {
-                throw .badRequest("dot segments are not allowed in the request path")
+        // One pass over the bytes: refuse controls and spaces anywhere, and dot segments
+        // ("." or "..", also percent-encoded as %2e/%2E) in the path.
+        var dots = 0  // dots so far in the current segment; -1 once it holds anything else
+        var index = value.utf8.startIndex
+        let bytes = value.utf8
+        var inPath = true
+        while index < bytes.endIndex {
+            let byte = bytes[index]
+            if byte < 0x21 || byte == 0x7F { throw .badRequest("invalid characters in the request target") }
+            if inPath {
+                switch byte {
+                case UInt8(ascii: "/"), UInt8(ascii: "?"):
+                    if dots == 1 || dots == 2 { throw .badRequest("dot segments are not allowed in the request path") }
+                    dots = 0
+                    if byte == UInt8(ascii: "?") { inPath = false }
+                case UInt8(ascii: "."):
+                    if dots >= 0 { dots += 1 }
+                case UInt8(ascii: "%") where Self.isEncodedDot(bytes, at: index):
+                    if dots >= 0 { dots += 1 }
+                    index = bytes.index(index, offsetBy: 2)
+                default:
+                    dots = -1
+                }
             }
+            index = bytes.index(after: index)
         }
-        if value.utf8.contains(where: { $0 < 0x21 || $0 == 0x7F }) {
-            throw .badRequest("invalid characters in the request target")
-        }
+        if inPath && (dots == 1 || dots == 2) { throw .badRequest("dot segments are not allowed in the request path") }
         return value
+    }
+
+    /// `%2e` or `%2E` at `index`.
+    private static func isEncodedDot(_ bytes: String.UTF8View, at index: String.UTF8View.Index) -> Bool {
+        guard let second = bytes.index(index, offsetBy: 1, limitedBy: bytes.endIndex), second < bytes.endIndex,
+              let third = bytes.index(index, offsetBy: 2, limitedBy: bytes.endIndex), third < bytes.endIndex
+        else { return false }
+        return bytes[second] == UInt8(ascii: "2") && (bytes[third] | 0x20) == UInt8(ascii: "e")
     }
 }
 

@@ -23,6 +23,7 @@ public final class GatewayMetrics: Sendable {
     private let handles = Mutex<[Key: Handles]>([:])
     private let inFlight: Meter
     private let reloads: Mutex<[String: Counter]> = Mutex([:])
+    private let overloads: Mutex<[String: Counter]> = Mutex([:])
 
     public static let requestDurationBuckets: [Duration] = [
         .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
@@ -55,6 +56,17 @@ public final class GatewayMetrics: Sendable {
         }
         handle.requests.increment()
         handle.duration.recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// A request refused by an in-flight cap: `route` nil for the listener-wide cap (`route=""`).
+    func overloaded(route: String?) {
+        let label = route ?? ""
+        overloads.withLock { counters in
+            if counters[label] == nil {
+                counters[label] = Counter(label: "portico_overloaded_requests_total", dimensions: [("route", label)], factory: factory)
+            }
+            return counters[label]!
+        }.increment()
     }
 
     /// `result` is `success` or `failure`.

@@ -19,6 +19,8 @@ public enum ForwardingHeaders {
 
     /// Removes the hop-by-hop fields and every field a `Connection` header names.
     public static func removingHopByHop(_ fields: HTTPFields) -> HTTPFields {
+        // The common case on the hot path: nothing to remove, no copy.
+        if !fields.contains(where: { hopByHop.contains($0.name.canonicalName) }) { return fields }
         var drop = hopByHop
         for value in fields[values: .connection] {
             for token in value.split(separator: ",") {

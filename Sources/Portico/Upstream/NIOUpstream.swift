@@ -28,6 +28,8 @@ final class NIOUpstream: UpstreamClient {
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
         configuration.httpVersion = .http1Only
+        // No tracer: even the no-op default re-parses every request URL for span attributes.
+        configuration.tracing.tracer = nil
         // AsyncHTTPClient also bounds the wait for a free pooled connection by `connect`: a burst
         // larger than `max_connections` that waits longer than `connect_timeout` fails with 504.
         configuration.timeout = .init(connect: TimeAmount(config.connectTimeout), read: TimeAmount(config.timeout))
@@ -45,36 +47,47 @@ final class NIOUpstream: UpstreamClient {
     }
 
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        var outbound = HTTPClientRequest(url: requestTarget.urlString(for: request.target))
-        outbound.method = HTTPMethod(rawValue: request.method.rawValue)
+        var headers = HTTPHeaders()
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
             upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
+        headers.reserveCapacity(fields.count)
         for field in fields {
             switch field.name.canonicalName {
             // Framing follows the buffered body; `Expect` is moot once the body is here.
             case "content-length", "transfer-encoding", "expect": continue
-            default: outbound.headers.add(name: field.name.rawName, value: field.value)
+            default: headers.add(name: field.name.rawName, value: field.value)
             }
         }
-        if let buffer = request.body.buffer, buffer.readableBytes > 0 {
-            outbound.body = .bytes(buffer)
+        let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? HTTPClient.Body.byteBuffer($0) : nil }
+        let outbound: HTTPClient.Request
+        do {
+            outbound = try HTTPClient.Request(url: requestTarget.urlString(for: request.target),
+                                              method: HTTPMethod(rawValue: request.method.rawValue),
+                                              headers: headers, body: body)
+        } catch {
+            throw UpstreamError.protocolError("request not representable: \(type(of: error))").gatewayError(upstream: config.name)
         }
 
+        // AsyncHTTPClient enforces the deadline over the whole exchange, body included, on the
+        // event loop; no timer task of ours is needed. It runs on the real clock: the gateway's
+        // clock only says how much time is left.
         let deadline = upstreamDeadline(config: config, context: context)
-        let nioDeadline = NIODeadline.now() + TimeAmount(context.clock.now.duration(to: deadline))
+        let remaining = context.clock.now.duration(to: deadline)
+        guard remaining > .zero else { throw UpstreamError.timeout.gatewayError(upstream: config.name) }
         let limit = config.maxResponseBytes
-        let isHead = request.method == .head
-        let progress = ExchangeProgress()
+        let collector = NIOResponseCollector(limit: limit)
+        let task = client.execute(request: outbound, delegate: collector, eventLoop: .indifferent,
+                                  deadline: .now() + TimeAmount(remaining), logger: logger)
         do {
-            return try await withUpstreamDeadline(deadline, clock: context.clock) { [client, logger, outbound] in
-                let response = try await client.execute(outbound, deadline: nioDeadline, logger: logger)
-                progress.headReceived()
-                let body = try await response.body.collect(upTo: limit)
-                return Self.makeResponse(response, body: isHead ? ByteBuffer() : body)
+            let response = try await withTaskCancellationHandler {
+                try await task.futureResult.get()
+            } onCancel: {
+                task.cancel()
             }
+            return Self.makeResponse(response.head, body: request.method == .head ? ByteBuffer() : response.body)
         } catch {
-            guard let mapped = Self.classify(error, afterHead: progress.afterHead, limit: limit) else { throw error }
+            guard let mapped = Self.classify(error, afterHead: collector.afterHead, limit: limit) else { throw error }
             mapped.log(upstream: config.name, to: context.logger)
             throw mapped.gatewayError(upstream: config.name)
         }
@@ -84,14 +97,14 @@ final class NIOUpstream: UpstreamClient {
         try? await client.shutdown()
     }
 
-    static func makeResponse(_ response: HTTPClientResponse, body: ByteBuffer) -> GatewayResponse {
+    static func makeResponse(_ head: HTTPResponseHead, body: ByteBuffer) -> GatewayResponse {
         var fields = HTTPFields()
-        fields.reserveCapacity(response.headers.count)
-        for (name, value) in response.headers {
+        fields.reserveCapacity(head.headers.count)
+        for (name, value) in head.headers {
             guard let name = HTTPField.Name(name) else { continue }
             fields.append(HTTPField(name: name, value: value))
         }
-        return GatewayResponse(status: HTTPResponse.Status(code: Int(response.status.code)),
+        return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)),
                                headerFields: ForwardingHeaders.clientResponseFields(fields), body: Body(body))
     }
 
@@ -126,11 +139,4 @@ final class NIOUpstream: UpstreamClient {
             return afterHead ? .connectionClosed(kind) : .connectFailed(kind)
         }
     }
-}
-
-/// Whether the response head arrived, so a failure is a reset mid-body rather than a failed connect.
-private final class ExchangeProgress: Sendable {
-    private let state = Mutex(false)
-    func headReceived() { state.withLock { $0 = true } }
-    var afterHead: Bool { state.withLock { $0 } }
 }

@@ -165,12 +165,8 @@ final class URLSessionUpstream: UpstreamClient {
         let codings = encoding.split(separator: ",").map { $0.trimmingWhitespace().lowercased() }.filter { !$0.isEmpty }
         guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
 
-        if let etag = fields[.eTag], !etag.hasPrefix("W/") {
-            fields[.eTag] = "W/" + etag
-        }
-        for name in ["Content-MD5", "Content-Digest", "Repr-Digest", "Digest"] {
-            if let name = HTTPField.Name(name) { fields[name] = nil }
-        }
+        CodingHeaders.weakenETag(&fields)
+        CodingHeaders.dropDigests(&fields)
         guard hasBody else { return }
 
         let format: Zlib.Format? = switch codings {
@@ -179,8 +175,7 @@ final class URLSessionUpstream: UpstreamClient {
         default: nil
         }
         if let format {
-            let encoded = try Zlib.compress(body.readableBytesView, format: format)
-            body = ByteBuffer(bytes: encoded)
+            body = try Zlib.compress(body, format: format)
         } else {
             fields[.contentEncoding] = nil
         }

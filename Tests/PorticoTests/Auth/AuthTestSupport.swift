@@ -31,7 +31,9 @@ func makeManager(_ endpoint: TestTokenEndpoint, clock: any GatewayClock,
                  timeout: Duration = .seconds(5), options: TokenManager.Options = testOptions()) -> TokenManager {
     var config = endpoint.oauth2Config(clientAuth: clientAuth)
     configure(&config)
-    let client = TokenEndpointClient(config: config, grant: grant, timeout: timeout)
+    // The manager enforces `timeout` on the test's clock; the client's real-time backstop only has
+    // to outlast a slow call on a loaded machine (a hung call is cancelled, not waited out).
+    let client = TokenEndpointClient(config: config, grant: grant, timeout: max(timeout, .seconds(60)))
     return TokenManager(name: "idp", source: client, clock: clock, refreshBeforeExpiry: refreshBeforeExpiry,
                         defaultLifetime: defaultLifetime, timeout: timeout, refreshToken: refreshToken,
                         options: options, logger: quietLogger)

@@ -206,8 +206,8 @@ struct ConfigDiagnosticTests {
               f: { type: auth, credential: idp, client_header: keep }
             \(minimalRoute)
             """) == [
-            #"portico.yaml:4 middleware.a.type: unknown middleware type "acces_log" (did you mean "access_log"?); supported: access_log, auth, rate_limit, retry"#,
-            #"portico.yaml:5 middleware.b.type: unknown middleware type "cache"; supported: access_log, auth, rate_limit, retry"#,
+            #"portico.yaml:4 middleware.a.type: unknown middleware type "acces_log" (did you mean "access_log"?); supported: access_log, auth, compress, rate_limit, retry"#,
+            #"portico.yaml:5 middleware.b.type: unknown middleware type "cache"; supported: access_log, auth, compress, rate_limit, retry"#,
             #"portico.yaml:6 middleware.c.credential: unknown credential "ipd" (did you mean "idp"?)"#,
             #"portico.yaml:7 middleware.d: missing required key "credential""#,
             #"portico.yaml:8 middleware.e.redact_headers[0]: invalid header name "bad header""#,

@@ -28,6 +28,8 @@ struct ConfigLoaderTests {
               connection_limit: 50
               idle_timeout: 5s
               request_timeout: 1500ms
+              header_timeout: 3s
+              max_in_flight: 100
               max_header_bytes: 16KiB
               max_body_bytes: 1MB
               drain_delay: 2s
@@ -90,6 +92,8 @@ struct ConfigLoaderTests {
         listen.connectionLimit = 50
         listen.idleTimeout = .seconds(5)
         listen.requestTimeout = .milliseconds(1500)
+        listen.headerTimeout = .seconds(3)
+        listen.maxInFlight = 100
         listen.maxHeaderBytes = 16 * 1024
         listen.maxBodyBytes = 1_000_000
         listen.drainDelay = .seconds(2)

@@ -82,10 +82,18 @@ struct RouterTests {
     }
 
     @Test("dot segments and odd target forms are refused", arguments: [
-        "/a/../b", "/a/%2e%2E/b", "/./x", "*", "x", "/a b",
+        "/a/../b", "/a/%2e%2E/b", "/./x", "*", "x", "/a b", "/a/..", "/a/.", "/..", "/a/.%2E?x=1", "/a/..?q",
+        "/%2e/x", "/a\u{7F}", "/a?b=\u{01}",
     ])
     func refusedTargets(target: String) {
         #expect(throws: GatewayError.self) { try GatewayRequest.originForm(target) }
+    }
+
+    @Test("dots that are not whole segments, and dots in the query, are fine", arguments: [
+        "/a/...", "/a/.b", "/a/b.", "/a/%2e%2e%2e", "/a%2e", "/a?x=/../", "/a/..b/c", "/%2", "/a/%2", "/a/%2f",
+    ])
+    func acceptedTargets(target: String) throws {
+        #expect(try GatewayRequest.originForm(target) == target)
     }
 
     @Test("absolute-form targets are reduced to origin form")
