@@ -30,6 +30,7 @@ static const enum MHD_ResponseMemoryMode portico_respmem_must_copy = MHD_RESPMEM
 static const enum MHD_ValueKind portico_header_kind = MHD_HEADER_KIND;
 static const enum MHD_Result portico_yes = MHD_YES;
 static const enum MHD_Result portico_no = MHD_NO;
+static const enum MHD_FEATURE portico_feature_tls = MHD_FEATURE_TLS;
 
 /* MHD_OPTION_URI_LOG_CALLBACK's callback: its result becomes the request's *con_cls. */
 typedef void *(*portico_uri_log_callback)(void *cls, const char *uri, struct MHD_Connection *con);
@@ -58,6 +59,11 @@ struct portico_mhd_config {
     int listen_backlog;
     /* MHD's own error messages; NULL: stderr */
     struct portico_log_target *log_target;
+    /* TLS (flags must include MHD_USE_TLS): NUL-terminated PEM kept alive by the caller for the
+       daemon's lifetime; GnuTLS priority string. All NULL for plain HTTP. */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
+    const char *tls_priorities;
 };
 
 static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_config *c) {
@@ -81,6 +87,12 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)c->completed_callback, c->completed_context };
     if (c->connection_callback != NULL)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)c->connection_callback, c->connection_context };
+    if (c->tls_cert_pem != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem };
+    if (c->tls_key_pem != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem };
+    if (c->tls_priorities != NULL)
+        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)c->tls_priorities };
     if (c->listen_backlog > 0)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTEN_BACKLOG_SIZE, c->listen_backlog, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };

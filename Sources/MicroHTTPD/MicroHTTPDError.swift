@@ -3,6 +3,8 @@ public enum MicroHTTPDError: Error, CustomStringConvertible, Equatable {
     case invalidAddress(String)
     case startFailed(address: String, port: UInt16, detail: String)
     case alreadyStarted
+    /// The system libmicrohttpd was built without TLS (GnuTLS) support.
+    case tlsUnsupported
 
     public var description: String {
         switch self {
@@ -12,6 +14,8 @@ public enum MicroHTTPDError: Error, CustomStringConvertible, Equatable {
             "unable to listen on \(address):\(port): \(detail)"
         case .alreadyStarted:
             "the server is already running"
+        case .tlsUnsupported:
+            "this libmicrohttpd was built without TLS support (MHD_FEATURE_TLS); install one built with GnuTLS"
         }
     }
 }

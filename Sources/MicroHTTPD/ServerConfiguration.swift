@@ -24,10 +24,23 @@ public struct ServerConfiguration: Sendable {
     public var maxBodyBytes: Int = 10 * 1024 * 1024
     /// Kernel accept backlog.
     public var listenBacklog: Int = 1024
+    /// Serve HTTPS (libmicrohttpd with GnuTLS); `nil`: plain HTTP.
+    public var tls: TLS?
     /// libmicrohttpd's own diagnostics (bind failures, protocol errors); `nil` discards them.
     public var errorLog: (@Sendable (String) -> Void)?
     /// Built-in answers for failures detected before the handler runs (413, 431, 400, timeout).
     public var errorResponse: @Sendable (_ status: Int, _ code: String, _ message: String) -> ServerResponse = ServerResponse.plainError
 
     public init() {}
+
+    /// A certificate chain and its private key, both PEM.
+    public struct TLS: Sendable {
+        public var certificatePEM: [UInt8]
+        public var privateKeyPEM: [UInt8]
+
+        public init(certificatePEM: [UInt8], privateKeyPEM: [UInt8]) {
+            self.certificatePEM = certificatePEM
+            self.privateKeyPEM = privateKeyPEM
+        }
+    }
 }

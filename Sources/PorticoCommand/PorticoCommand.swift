@@ -55,6 +55,9 @@ struct Check: AsyncParsableCommand {
             FileHandle.standardError.write(Data("\(options.config): \(error)\n".utf8))
             throw ExitCode(1)
         }
+        for warning in config.warnings {
+            FileHandle.standardError.write(Data("warning: \(warning.description)\n".utf8))
+        }
         print("\(options.config): OK (\(config.routes.count) routes, \(config.upstreams.count) upstreams, \(config.middleware.count) middleware, \(config.credentials.count) credentials)")
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import Portico
 import Synchronization
 
@@ -171,11 +172,13 @@ public final class TestUpstream: Sendable {
     }
 
     private let fallback: Handler
+    private let tls: TLSConfiguration?
     private let state = Mutex(State())
 
-    /// `handler` answers paths without a route (default: echo).
-    public init(handler: Handler? = nil) {
+    /// `handler` answers paths without a route (default: echo). With `tls` it serves HTTPS.
+    public init(handler: Handler? = nil, tls: TLSConfiguration? = nil) {
         fallback = handler ?? { .echo($0) }
+        self.tls = tls
     }
 
     /// Scripts `path` with a closure (it may await: delays, gates).
@@ -198,16 +201,20 @@ public final class TestUpstream: Sendable {
     /// The bound port (0 before `start()`).
     public var port: Int { state.withLock { $0.port } }
 
-    /// `http://127.0.0.1:PORT`
-    public var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
+    /// `http://127.0.0.1:PORT`, or `https://` when serving TLS.
+    public var baseURL: URL { URL(string: "\(tls == nil ? "http" : "https")://127.0.0.1:\(port)")! }
 
     public func start() async throws {
+        let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
         let server: Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let sslContext {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                    }
                     try channel.pipeline.syncOperations.addHandler(
                         ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
                     return try Connection(wrappingChannelSynchronously: channel)

@@ -3,31 +3,60 @@ import Portico
 import PorticoTesting
 import Testing
 
-/// One conformance suite, both transports, through the real gateway to a real loopback upstream.
+/// How the gateway reaches the upstream in one run of the suite: each transport over plain
+/// HTTP, and over HTTPS (a test CA) for the transports that can trust a custom CA.
+struct ProxyLeg: Sendable, CustomTestStringConvertible {
+    var transport: UpstreamConfig.Transport
+    var tls: Bool
+
+    /// `urlsession` cannot trust a test CA on Linux (see TLSClientConfig+Parsing), so HTTPS runs on `nio`.
+    static let all = [ProxyLeg(transport: .urlsession, tls: false), ProxyLeg(transport: .nio, tls: false),
+                      ProxyLeg(transport: .nio, tls: true)]
+
+    var testDescription: String { "\(transport.rawValue) over \(tls ? "https" : "http")" }
+}
+
+/// One conformance suite, both transports and TLS, through the real gateway to a real loopback upstream.
 @Suite("Proxying through the gateway")
 struct ProxyConformanceTests {
-    /// A gateway with one prefix route to `upstream` over `transport`.
-    static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport,
+    /// A gateway with one prefix route to `upstream` over `leg`.
+    static func gateway(_ upstream: TestUpstream, _ leg: ProxyLeg,
+                        configure: (inout PorticoConfig) -> Void = { _ in }) async throws -> TestGateway {
+        let tls = leg.tls ? try await TestCertificates.shared().trustingCA() : TLSClientConfig()
+        return try gateway(upstream, leg.transport, tls: tls, configure: configure)
+    }
+
+    /// A gateway with one prefix route to `upstream` over `transport` (for suites reusing this one).
+    static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport, tls: TLSClientConfig = TLSClientConfig(),
                         configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
         var config = PorticoConfig()
-        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)/base")!)
+        var settings = UpstreamConfig(name: "up", url: upstream.baseURL.appendingPathComponent("base"))
         settings.transport = transport
         settings.connectTimeout = .seconds(30)
+        settings.tls = tls
         config.upstreams = ["up": settings]
         config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", stripPrefix: true)]
         configure(&config)
         return try TestGateway(config)
     }
 
-    static func started(_ upstream: TestUpstream = TestUpstream()) async throws -> TestUpstream {
+    /// A started upstream: plain HTTP, or HTTPS with the test CA's server certificate for a TLS leg.
+    static func started(_ leg: ProxyLeg = ProxyLeg(transport: .nio, tls: false)) async throws -> TestUpstream {
+        let upstream: TestUpstream
+        if leg.tls {
+            let certificates = try await TestCertificates.shared()
+            upstream = TestUpstream(tls: try certificates.serverTLS(certificates.server))
+        } else {
+            upstream = TestUpstream()
+        }
         try await upstream.start()
         return upstream
     }
 
-    @Test("every method, its body and the raw target reach the upstream", arguments: UpstreamConfig.Transport.allCases)
-    func methods(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
-        let gateway = try Self.gateway(upstream, transport)
+    @Test("every method, its body and the raw target reach the upstream", arguments: ProxyLeg.all)
+    func methods(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
+        let gateway = try await Self.gateway(upstream, leg)
         for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
             let body: [UInt8] = method == "GET" || method == "OPTIONS" || method == "DELETE" ? [] : Array("payload-\(method)".utf8)
             let response = try await gateway.request(method, "/api/items/a%2Fb?q=1+2&q=%2F&u=%E2%82%AC", body: body)
@@ -45,11 +74,11 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("binary bodies up to the limit arrive byte for byte", arguments: UpstreamConfig.Transport.allCases)
-    func binaryBodies(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("binary bodies up to the limit arrive byte for byte", arguments: ProxyLeg.all)
+    func binaryBodies(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/raw") { request in TestUpstream.Response(status: 200, body: request.body) }
-        let gateway = try Self.gateway(upstream, transport) { $0.listen.maxBodyBytes = 4 * 1024 * 1024 }
+        let gateway = try await Self.gateway(upstream, leg) { $0.listen.maxBodyBytes = 4 * 1024 * 1024 }
         var generator = SystemRandomNumberGenerator()
         for size in [0, 1, 65_535, 1_000_003, 4 * 1024 * 1024] {
             let body = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
@@ -62,10 +91,10 @@ struct ProxyConformanceTests {
     }
 
     @Test("hop-by-hop headers are dropped, forwarding headers added, the client's headers kept",
-          arguments: UpstreamConfig.Transport.allCases)
-    func headerHygiene(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
-        let gateway = try Self.gateway(upstream, transport)
+          arguments: ProxyLeg.all)
+    func headerHygiene(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
+        let gateway = try await Self.gateway(upstream, leg)
         let response = try await gateway.request("GET", "/api/h", headers: [
             ("Connection", "keep-alive, X-Secret-Hop"), ("X-Secret-Hop", "1"), ("Keep-Alive", "timeout=5"),
             ("TE", "trailers"), ("Proxy-Authorization", "Basic eDp5"), ("X-Keep", "yes"), ("User-Agent", "portico-test/1"),
@@ -89,26 +118,26 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("duplicate response headers reach the client; Set-Cookie stays separate", arguments: UpstreamConfig.Transport.allCases)
-    func duplicateResponseHeaders(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("duplicate response headers reach the client; Set-Cookie stays separate", arguments: ProxyLeg.all)
+    func duplicateResponseHeaders(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/cookies", TestUpstream.Response(status: 200, headers: [
             ("Set-Cookie", "a=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT"), ("Set-Cookie", "b=2; HttpOnly"),
         ], body: "ok"))
-        let gateway = try Self.gateway(upstream, transport)
+        let gateway = try await Self.gateway(upstream, leg)
         let response = try await gateway.request("GET", "/api/cookies")
         #expect(response.headers("set-cookie").sorted() == ["a=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT", "b=2; HttpOnly"])
         await gateway.stop()
         await upstream.shutdown()
     }
 
-    @Test("redirects are passed through, not followed", arguments: UpstreamConfig.Transport.allCases)
-    func redirects(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("redirects are passed through, not followed", arguments: ProxyLeg.all)
+    func redirects(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         for status in [301, 302, 307] {
             upstream.route("/base/r\(status)", .redirect(status, location: "/elsewhere"))
         }
-        let gateway = try Self.gateway(upstream, transport)
+        let gateway = try await Self.gateway(upstream, leg)
         for status in [301, 302, 307] {
             let response = try await gateway.request("GET", "/api/r\(status)")
             #expect(response.status == status)
@@ -119,12 +148,12 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("gzip bodies stay consistent with their headers", arguments: UpstreamConfig.Transport.allCases)
-    func gzip(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("gzip bodies stay consistent with their headers", arguments: ProxyLeg.all)
+    func gzip(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         let plain = Array(String(repeating: "{\"hello\":\"world\"}", count: 500).utf8)
         upstream.route("/base/z", .gzip(plain, headers: [("Content-Type", "application/json")]))
-        let gateway = try Self.gateway(upstream, transport)
+        let gateway = try await Self.gateway(upstream, leg)
         let response = try await gateway.request("GET", "/api/z", headers: [("Accept-Encoding", "gzip")])
         #expect(response.status == 200)
         #expect(response.header("content-encoding") == "gzip")
@@ -134,12 +163,12 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("204 and 304 come back without a body", arguments: UpstreamConfig.Transport.allCases)
-    func noBody(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("204 and 304 come back without a body", arguments: ProxyLeg.all)
+    func noBody(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/none", .noContent)
         upstream.route("/base/same", .notModified(etag: "\"v1\""))
-        let gateway = try Self.gateway(upstream, transport)
+        let gateway = try await Self.gateway(upstream, leg)
         let connection = try gateway.connect()
         try await connection.send("GET /api/none HTTP/1.1\r\nHost: x\r\n\r\nGET /api/same HTTP/1.1\r\nHost: x\r\n\r\nGET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
         let noContent = try #require(try await connection.readResponse())
@@ -154,11 +183,11 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("a 401 with a Basic challenge comes back promptly", arguments: UpstreamConfig.Transport.allCases)
-    func basicChallenge(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("a 401 with a Basic challenge comes back promptly", arguments: ProxyLeg.all)
+    func basicChallenge(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/private", .basicChallenge(realm: "x"))
-        let gateway = try Self.gateway(upstream, transport) { $0.listen.requestTimeout = .seconds(20) }
+        let gateway = try await Self.gateway(upstream, leg) { $0.listen.requestTimeout = .seconds(20) }
         let started = ContinuousClock.now
         let response = try await gateway.request("GET", "/api/private")
         #expect(response.status == 401)
@@ -168,11 +197,11 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("a silent upstream becomes a JSON 504 within the deadline", arguments: UpstreamConfig.Transport.allCases)
-    func slowUpstream(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("a silent upstream becomes a JSON 504 within the deadline", arguments: ProxyLeg.all)
+    func slowUpstream(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/slow", .never)
-        let gateway = try Self.gateway(upstream, transport) { $0.routes[0].timeout = .milliseconds(400) }
+        let gateway = try await Self.gateway(upstream, leg) { $0.routes[0].timeout = .milliseconds(400) }
         let started = ContinuousClock.now
         let response = try await gateway.request("GET", "/api/slow")
         #expect(response.status == 504)
@@ -183,11 +212,11 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("an upstream closing mid-body, or one that is down, becomes a JSON 502", arguments: UpstreamConfig.Transport.allCases)
-    func brokenUpstream(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("an upstream closing mid-body, or one that is down, becomes a JSON 502", arguments: ProxyLeg.all)
+    func brokenUpstream(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/cut", .truncated(declaredLength: 10_000, body: Array(repeating: 0x41, count: 100)))
-        let gateway = try Self.gateway(upstream, transport)
+        let gateway = try await Self.gateway(upstream, leg)
         let cut = try await gateway.request("GET", "/api/cut")
         #expect(cut.status == 502)
         #expect(try JSONDecoder().decode(ErrorBody.self, from: Data(cut.body)).error == "upstream_unavailable")
@@ -198,11 +227,11 @@ struct ProxyConformanceTests {
         await gateway.stop()
     }
 
-    @Test("200 concurrent requests with distinct bodies each get their own answer", arguments: UpstreamConfig.Transport.allCases)
-    func concurrency(transport: UpstreamConfig.Transport) async throws {
-        let upstream = try await Self.started()
+    @Test("200 concurrent requests with distinct bodies each get their own answer", arguments: ProxyLeg.all)
+    func concurrency(leg: ProxyLeg) async throws {
+        let upstream = try await Self.started(leg)
         upstream.route("/base/mirror") { request in TestUpstream.Response(status: 200, body: request.body) }
-        let gateway = try Self.gateway(upstream, transport)
+        let gateway = try await Self.gateway(upstream, leg)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<200 {
                 group.addTask {

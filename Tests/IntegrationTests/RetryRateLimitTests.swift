@@ -7,34 +7,14 @@ import Testing
 
 /// Collects access-log lines (their metadata), so tests can read attempts and retry notes.
 final class AccessLogCapture: Sendable {
-    private let lines = Mutex<[Logger.Metadata]>([])
+    private let capture = LogCapture(message: "request", minimumLevel: .info)
 
-    var logger: Logger {
-        Logger(label: "portico.tests.capture") { _ in Handler(capture: self) }
-    }
-
-    var records: [Logger.Metadata] { lines.withLock { $0 } }
+    var logger: Logger { capture.logger }
+    var records: [Logger.Metadata] { capture.records }
 
     /// `retries` summed over access-log lines.
     var totalRetries: Int {
         records.compactMap { $0["retries"].flatMap { Int($0.description) } }.reduce(0, +)
-    }
-
-    struct Handler: LogHandler {
-        let capture: AccessLogCapture
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .info
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            guard event.message.description == "request" else { return }
-            let merged = metadata.merging(event.metadata ?? [:]) { $1 }
-            capture.lines.withLock { $0.append(merged) }
-        }
     }
 }
 

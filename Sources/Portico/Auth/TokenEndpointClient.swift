@@ -80,8 +80,7 @@ public final class TokenEndpointClient: Sendable {
     public let grant: Grant
     /// Backstop for URLSession; the token manager enforces the real timeout on its clock.
     public let timeout: Duration
-    private let session: URLSession
-    private let delegate: TokenSessionDelegate
+    private let transport: any TokenTransport
 
     /// Token responses beyond this size are refused (a token response is a few hundred bytes).
     static let maxResponseBytes = 64 * 1024
@@ -92,14 +91,18 @@ public final class TokenEndpointClient: Sendable {
         self.timeout = timeout
         // URLSession counts whole seconds only; one more than the credential timeout.
         let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        let configuration = URLSessionConfiguration.portico(backstopSeconds: Int(seconds.rounded(.up)) + 1)
-        let delegate = TokenSessionDelegate(limit: Self.maxResponseBytes)
-        self.delegate = delegate
-        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+        let backstopSeconds = Int(seconds.rounded(.up)) + 1
+        switch config.transport {
+        case .urlsession:
+            transport = URLSessionTokenTransport(backstopSeconds: backstopSeconds, limit: Self.maxResponseBytes)
+        case .nio:
+            transport = NIOTokenTransport(tokenURL: config.tokenURL, tls: config.tls, timeout: timeout,
+                                          limit: Self.maxResponseBytes)
+        }
     }
 
     deinit {
-        session.invalidateAndCancel()
+        transport.shutdown()
     }
 
     /// RFC 6749 §4.4: `grant_type=client_credentials`, with the configured scope, audience and extras.
@@ -138,7 +141,7 @@ public final class TokenEndpointClient: Sendable {
         }
         request.httpBody = Data(FormEncoding.encode(form).utf8)
 
-        let (status, body) = try await delegate.perform(request, in: session)
+        let (status, body) = try await transport.post(request)
         guard (200..<300).contains(status) else {
             throw TokenEndpointError(.http(status: status, oauthError: Self.oauthErrorCode(in: body)))
         }
@@ -147,7 +150,7 @@ public final class TokenEndpointClient: Sendable {
 
     /// Cancels calls in flight and releases the session (it retains its delegate until then).
     public func shutdown() {
-        session.invalidateAndCancel()
+        transport.shutdown()
     }
 
     /// Parses a successful token response (RFC 6749 §5.1).
@@ -292,6 +295,44 @@ public enum FormEncoding {
     }
 }
 
+/// How one token call travels: URLSession (the default) or AsyncHTTPClient (`transport: nio`,
+/// for custom CAs, client certificates and the other TLS settings URLSession on Linux lacks).
+protocol TokenTransport: Sendable {
+    /// Sends the POST and returns the status and body (at most the transport's limit).
+    func post(_ request: URLRequest) async throws(TokenEndpointError) -> (Int, Data)
+    /// Cancels calls in flight and releases connections; safe to call more than once.
+    func shutdown()
+}
+
+/// Token calls through URLSession, driven by `TokenSessionDelegate`.
+final class URLSessionTokenTransport: TokenTransport {
+    /// `nil` once shut down: URLSession traps on a task made after `invalidateAndCancel`, and a
+    /// token refresh can race a shutdown, so tasks are made and the session invalidated under one lock.
+    private let session: Mutex<URLSession?>
+    private let delegate: TokenSessionDelegate
+
+    init(backstopSeconds: Int, limit: Int) {
+        let configuration = URLSessionConfiguration.portico(backstopSeconds: backstopSeconds)
+        let delegate = TokenSessionDelegate(limit: limit)
+        self.delegate = delegate
+        session = Mutex(URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil))
+    }
+
+    func post(_ request: URLRequest) async throws(TokenEndpointError) -> (Int, Data) {
+        guard let task = session.withLock({ $0?.dataTask(with: request) }) else {
+            throw TokenEndpointError(.transport("the credential was shut down"))
+        }
+        return try await delegate.perform(task)
+    }
+
+    func shutdown() {
+        session.withLock { session in
+            session?.invalidateAndCancel()
+            session = nil
+        }
+    }
+}
+
 /// Routes URLSession's delegate callbacks to the call waiting on each task.
 ///
 /// Sendable: its only state is behind a `Mutex`; URLSession calls it from its own queue.
@@ -316,8 +357,7 @@ final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     }
 
     /// Runs `request` and returns the status and body; cancellation cancels the task at once.
-    func perform(_ request: URLRequest, in session: URLSession) async throws(TokenEndpointError) -> (Int, Data) {
-        let task = session.dataTask(with: request)
+    func perform(_ task: URLSessionDataTask) async throws(TokenEndpointError) -> (Int, Data) {
         let id = task.taskIdentifier
         do {
             return try await withTaskCancellationHandler {
@@ -342,6 +382,10 @@ final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         } catch is CancellationError {
             throw TokenEndpointError(.timeout)
         } catch let error as URLError {
+            // On Linux a TLS failure is URLError -1 with curl's message, reduced to its reason.
+            if let tls = TLSFailure.describe(curlMessage: error.localizedDescription) {
+                throw TokenEndpointError(.transport("TLS failure: \(tls)"))
+            }
             // The code only: URLError's description can carry the token URL.
             throw TokenEndpointError(.transport(Self.describe(error.code)))
         } catch {

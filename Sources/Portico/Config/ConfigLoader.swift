@@ -58,6 +58,7 @@ public enum ConfigLoader {
                 .map(\.element)
             throw ConfigError(diagnostics: sorted)
         }
+        config.warnings = context.warnings
         return config
     }
 

@@ -6,6 +6,8 @@ final class ConfigContext {
     let file: String
     let interpolator: Interpolator
     private(set) var diagnostics: [ConfigDiagnostic] = []
+    /// Accepted but worth a word at load (e.g. TLS verification turned off).
+    private(set) var warnings: [ConfigDiagnostic] = []
 
     init(file: String, interpolator: Interpolator) {
         self.file = file
@@ -14,6 +16,10 @@ final class ConfigContext {
 
     func report(_ message: String, path: String, line: Int?) {
         diagnostics.append(ConfigDiagnostic(file: file, line: line, path: path, message: message))
+    }
+
+    func warn(_ message: String, path: String, line: Int?) {
+        warnings.append(ConfigDiagnostic(file: file, line: line, path: path, message: message))
     }
 }
 
@@ -36,6 +42,10 @@ struct ConfigNode {
 
     func error(_ message: String) {
         context.report(message, path: path, line: line)
+    }
+
+    func warning(_ message: String) {
+        context.warn(message, path: path, line: line)
     }
 
     func child(_ key: String, _ node: Node) -> ConfigNode {

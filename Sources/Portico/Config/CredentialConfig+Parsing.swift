@@ -92,12 +92,23 @@ extension OAuth2Config {
             }
             return result
         }
+        var transport = UpstreamConfig.Transport.urlsession
+        m.read("transport", into: &transport) { $0.choice(UpstreamConfig.Transport.self) }
+        var tls = TLSClientConfig()
+        if let tlsNode = m.value("tls"), let section = tlsNode.mapping() {
+            tls = TLSClientConfig.parse(section, transport: transport)
+            if let tokenURL, tokenURL.scheme?.lowercased() != "https" {
+                tlsNode.error("applies to https:// token URLs only")
+            }
+        }
         guard let tokenURL, let clientID, let clientSecret else { return nil }
         var c = OAuth2Config(tokenURL: tokenURL, clientID: clientID, clientSecret: clientSecret)
         c.clientAuth = clientAuth
         c.scope = scope
         c.audience = audience
         c.extraParams = extraParams
+        c.transport = transport
+        c.tls = tls
         return c
     }
 }

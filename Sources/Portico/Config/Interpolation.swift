@@ -54,7 +54,7 @@ struct Interpolator {
         return result
     }
 
-    private struct Failure: Error { var message: String }
+    struct Failure: Error { var message: String }
 
     private func resolve(_ body: Substring, reference: String) -> Swift.Result<String, Failure> {
         if body.hasPrefix("file:") {
@@ -84,26 +84,12 @@ struct Interpolator {
         guard !path.isEmpty else {
             return .failure(Failure(message: "empty file path in \(reference.quotedForMessage)"))
         }
-        let fullPath = path.hasPrefix("/") || baseDirectory == nil
-            ? path : NSString(string: baseDirectory!).appendingPathComponent(path)
-        let files = FileManager.default
-        var isDirectory: ObjCBool = false
-        let problem: String?
-        var contents: Data?
-        if !files.fileExists(atPath: fullPath, isDirectory: &isDirectory) {
-            problem = "no such file"
-        } else if isDirectory.boolValue {
-            problem = "is a directory"
-        } else if let data = files.contents(atPath: fullPath) {
-            contents = data
-            problem = nil
-        } else {
-            problem = files.isReadableFile(atPath: fullPath) ? "read failed" : "permission denied"
+        let contents: Data
+        switch readData(path) {
+        case .success(let data): contents = data
+        case .failure(let failure): return .failure(failure)
         }
-        if let problem {
-            return .failure(Failure(message: "cannot read file \(path.quotedForMessage) (\(problem))"))
-        }
-        guard var text = contents.flatMap({ String(data: $0, encoding: .utf8) }) else {
+        guard var text = String(data: contents, encoding: .utf8) else {
             return .failure(Failure(message: "file \(path.quotedForMessage) is not valid UTF-8 text"))
         }
         // Secret files usually end with one newline that is not part of the secret.
@@ -113,6 +99,26 @@ struct Interpolator {
             text.removeLast()
         }
         return .success(text)
+    }
+
+    /// The bytes of `path` (relative paths start at `baseDirectory`); the failure names the
+    /// path as written and what went wrong, never the contents.
+    func readData(_ path: String) -> Swift.Result<Data, Failure> {
+        let fullPath = path.hasPrefix("/") || baseDirectory == nil
+            ? path : NSString(string: baseDirectory!).appendingPathComponent(path)
+        let files = FileManager.default
+        var isDirectory: ObjCBool = false
+        let problem: String
+        if !files.fileExists(atPath: fullPath, isDirectory: &isDirectory) {
+            problem = "no such file"
+        } else if isDirectory.boolValue {
+            problem = "is a directory"
+        } else if let data = files.contents(atPath: fullPath) {
+            return .success(data)
+        } else {
+            problem = files.isReadableFile(atPath: fullPath) ? "read failed" : "permission denied"
+        }
+        return .failure(Failure(message: "cannot read file \(path.quotedForMessage) (\(problem))"))
     }
 
     /// `[A-Za-z_][A-Za-z0-9_]*`, as in POSIX shells.

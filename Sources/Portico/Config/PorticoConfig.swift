@@ -14,6 +14,9 @@ public struct PorticoConfig: Sendable, Equatable {
     public var middleware: [String: MiddlewareConfig]
     public var defaults: DefaultsConfig
     public var routes: [RouteConfig]
+    /// Accepted settings worth a warning whenever a runtime is built from them (start, reload,
+    /// `portico check`), such as `insecure_skip_verify: true`.
+    public var warnings: [ConfigDiagnostic] = []
 
     public init(source: String = "<embedded>", listen: ListenConfig = ListenConfig(), admin: AdminConfig = AdminConfig(),
                 logging: LoggingConfig = LoggingConfig(), upstreams: [String: UpstreamConfig] = [:],
@@ -52,6 +55,8 @@ public struct ListenConfig: Sendable, Equatable {
     public var drainDelay: Duration = .zero
     /// On SIGTERM: in-flight requests get this long to finish.
     public var shutdownGrace: Duration = .seconds(30)
+    /// `listen.tls`: terminate TLS on the proxy listener; `nil`: plain HTTP.
+    public var tls: ListenTLSConfig?
 
     public init() {}
 }
@@ -246,6 +251,10 @@ public struct OAuth2Config: Sendable, Equatable {
     public var audience: String?
     /// Extra form parameters, in order.
     public var extraParams: [String: String] = [:]
+    /// How token calls travel: URLSession by default; `nio` for what URLSession cannot do on Linux.
+    public var transport: UpstreamConfig.Transport = .urlsession
+    /// `credentials.NAME.tls`, for an `https://` token URL.
+    public var tls = TLSClientConfig()
 
     public init(tokenURL: URL, clientID: String, clientSecret: String) {
         self.tokenURL = tokenURL

@@ -10,6 +10,12 @@ extension UpstreamConfig {
         m.read("max_connections", into: &c.maxConnections) { $0.int(in: 1...Int.max) }
         m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
         m.read("max_response_bytes", into: &c.maxResponseBytes) { $0.size() }
+        if let tlsNode = m.value("tls"), let tls = tlsNode.mapping() {
+            c.tls = TLSClientConfig.parse(tls, transport: c.transport)
+            if let url, url.scheme?.lowercased() != "https" {
+                tlsNode.error("applies to https:// URLs only")
+            }
+        }
         m.finish()
         return url == nil ? nil : c
     }

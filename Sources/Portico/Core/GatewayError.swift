@@ -79,6 +79,11 @@ extension GatewayError {
     public static func upstreamProtocolError(_ upstream: String, _ detail: String) -> GatewayError {
         GatewayError(status: .badGateway, code: "upstream_protocol_error", message: "upstream \(upstream): \(detail)")
     }
+    /// The TLS handshake with the upstream failed (untrusted or expired certificate, wrong host
+    /// name, refused client certificate…). Never retried over plain HTTP.
+    public static func upstreamTLSError(_ upstream: String, _ detail: String) -> GatewayError {
+        GatewayError(status: .badGateway, code: "upstream_tls_error", message: "upstream \(upstream): TLS: \(detail)")
+    }
     /// The gateway holds no valid credential for the upstream (identity provider down or
     /// refusing). `detail` must never carry a secret or a token.
     public static func credentialsUnavailable(_ credential: String, _ detail: String) -> GatewayError {

@@ -14,10 +14,13 @@ public final class Gateway: Sendable {
     let logger: Logger
     let clock: any GatewayClock
     let metrics: GatewayMetrics
+    /// `https` when the listener terminates TLS: the requests' scheme, sent as `X-Forwarded-Proto`.
+    let scheme: String
 
     public init(runtime: GatewayRuntime, logger: Logger, clock: any GatewayClock = SystemClock(),
-                metrics: GatewayMetrics = GatewayMetrics()) {
+                metrics: GatewayMetrics = GatewayMetrics(), scheme: String = "http") {
         self.runtime = Mutex(runtime)
+        self.scheme = scheme
         self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight)
         self.logger = logger
         self.clock = clock
@@ -61,7 +64,7 @@ public final class Gateway: Sendable {
 
         let request: GatewayRequest
         do {
-            request = try GatewayRequest(validating: serverRequest)
+            request = try GatewayRequest(validating: serverRequest, scheme: scheme)
         } catch {
             logger.debug("rejected malformed request", metadata: ["reason": .string(error.message)])
             return finish(error.response(requestID: requestID), requestID: requestID, isHead: isHead, close: true)

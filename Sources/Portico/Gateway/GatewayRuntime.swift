@@ -32,6 +32,9 @@ public final class GatewayRuntime: Sendable {
 
     private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore,
                  previousCaches: [CacheMiddleware]) throws {
+        for warning in config.warnings {
+            logger.warning("configuration: \(warning.description)")
+        }
         self.config = config
         self.credentials = credentials
         // Everything that can fail comes first: upstream clients own connection pools that must

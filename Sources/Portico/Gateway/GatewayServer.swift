@@ -17,7 +17,8 @@ public final class GatewayServer: Sendable {
     public init(config: PorticoConfig, configFile: String? = nil, logger: Logger, clock: any GatewayClock = SystemClock(),
                 metrics: GatewayMetrics = GatewayMetrics()) throws {
         let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock)
-        let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics)
+        let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics,
+                              scheme: config.listen.tls == nil ? "http" : "https")
         self.metrics = metrics
         self.configFile = configFile
         self.gateway = gateway
@@ -41,6 +42,9 @@ public final class GatewayServer: Sendable {
         configuration.requestTimeout = listen.requestTimeout
         configuration.maxHeaderBytes = listen.maxHeaderBytes
         configuration.maxBodyBytes = listen.maxBodyBytes
+        configuration.tls = listen.tls.map {
+            ServerConfiguration.TLS(certificatePEM: $0.certificatePEM, privateKeyPEM: $0.privateKeyPEM)
+        }
         configuration.errorLog = { message in
             logger.warning("libmicrohttpd: \(message)")
         }
@@ -57,7 +61,8 @@ public final class GatewayServer: Sendable {
     @discardableResult
     public func start() throws -> UInt16 {
         let port = try server.start()
-        logger.info("listening", metadata: ["address": .string(listen.address), "port": .stringConvertible(port)])
+        logger.info("listening", metadata: ["address": .string(listen.address), "port": .stringConvertible(port),
+                                            "tls": .stringConvertible(listen.tls != nil)])
         return port
     }
 

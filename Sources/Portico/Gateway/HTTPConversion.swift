@@ -5,7 +5,7 @@ import NIOCore
 /// Converting between the server's generic request/response and the gateway's typed ones.
 extension GatewayRequest {
     /// Validates what the server received and builds the typed request; malformed input becomes a 400.
-    init(validating request: ServerRequest) throws(GatewayError) {
+    init(validating request: ServerRequest, scheme: String = "http") throws(GatewayError) {
         guard let method = HTTPRequest.Method(request.method) else {
             throw .badRequest("invalid method")
         }
@@ -29,7 +29,7 @@ extension GatewayRequest {
         if hostCount > 1 { throw .badRequest("more than one Host header") }
         if hostCount == 0 && request.version == "HTTP/1.1" { throw .badRequest("missing Host header") }
         let target = try Self.originForm(request.target)
-        var head = HTTPRequest(method: method, scheme: "http", authority: host, path: target)
+        var head = HTTPRequest(method: method, scheme: scheme, authority: host, path: target)
         head.headerFields = fields
         self.init(head: head, body: request.body.isEmpty ? .empty : Body(bytes: request.body),
                   clientAddress: request.clientAddress, version: request.version)

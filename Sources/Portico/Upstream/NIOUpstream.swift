@@ -15,6 +15,8 @@ import Synchronization
 final class NIOUpstream: UpstreamClient {
     let config: UpstreamConfig
     private let target: UpstreamTarget
+    /// Where requests are addressed: `target`, or with `tls.server_name` as host (`TLSClientConfig.addressing`).
+    private let requestTarget: UpstreamTarget
     private let client: HTTPClient
     private let logger: Logger
 
@@ -35,6 +37,11 @@ final class NIOUpstream: UpstreamClient {
                                              concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections))
         // Fail fast when the upstream refuses: the retry middleware owns retries and their budget.
         configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.tlsConfiguration = config.tls.nioConfiguration
+        let addressing = config.tls.addressing(config.url)
+        configuration.dnsOverride = addressing.dnsOverride
+        let requestTarget = UpstreamTarget(baseURL: addressing.url)
+        self.requestTarget = requestTarget
         self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
                                  backgroundActivityLogger: logger)
     }
@@ -43,7 +50,7 @@ final class NIOUpstream: UpstreamClient {
         var headers = HTTPHeaders()
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: target.authority, preserveHost: config.preserveHost)
+            upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
         headers.reserveCapacity(fields.count)
         for field in fields {
             switch field.name.canonicalName {
@@ -55,7 +62,7 @@ final class NIOUpstream: UpstreamClient {
         let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? HTTPClient.Body.byteBuffer($0) : nil }
         let outbound: HTTPClient.Request
         do {
-            outbound = try HTTPClient.Request(url: target.urlString(for: request.target),
+            outbound = try HTTPClient.Request(url: requestTarget.urlString(for: request.target),
                                               method: HTTPMethod(rawValue: request.method.rawValue),
                                               headers: headers, body: body)
         } catch {
@@ -81,7 +88,7 @@ final class NIOUpstream: UpstreamClient {
             return Self.makeResponse(response.head, body: request.method == .head ? ByteBuffer() : response.body)
         } catch {
             guard let mapped = Self.classify(error, afterHead: collector.afterHead, limit: limit) else { throw error }
-            context.logger.debug("upstream exchange failed", metadata: ["upstream": "\(config.name)", "error": "\(mapped)"])
+            mapped.log(upstream: config.name, to: context.logger)
             throw mapped.gatewayError(upstream: config.name)
         }
     }
@@ -126,8 +133,9 @@ final class NIOUpstream: UpstreamClient {
         case let error as IOError:
             return afterHead ? .connectionClosed("errno \(error.errnoCode)") : .connectFailed("errno \(error.errnoCode)")
         default:
+            // After the head the handshake is long done: a TLS error then is a broken connection.
+            if !afterHead, let tls = TLSFailure.describe(nioError: error) { return .tls(tls) }
             let kind = String(describing: type(of: error))
-            if kind.contains("SSL") || kind.contains("TLS") { return .tls(kind) }
             return afterHead ? .connectionClosed(kind) : .connectFailed(kind)
         }
     }

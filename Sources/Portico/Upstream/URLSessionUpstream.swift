@@ -26,6 +26,9 @@ import Synchronization
 /// - curl removes dot segments from the path (`/a/../b` → `/b`); the query is sent verbatim.
 /// - Timeouts are whole seconds: the deadline is enforced here instead.
 /// - There is no separate connect timeout: `connect_timeout` is not applied by this transport.
+/// - `https://` upstreams are verified against libcurl's system trust store (host name and
+///   chain); a TLS failure arrives as `URLError(-1)` with curl's message. There is no server
+///   trust or client-certificate challenge on Linux, so `tls:` settings are refused at load.
 final class URLSessionUpstream: UpstreamClient {
     let config: UpstreamConfig
     private let target: UpstreamTarget
@@ -54,7 +57,7 @@ final class URLSessionUpstream: UpstreamClient {
             }
             return try makeResponse(received, method: request.method)
         } catch let error as UpstreamError {
-            context.logger.debug("upstream exchange failed", metadata: ["upstream": "\(config.name)", "error": "\(error)"])
+            error.log(upstream: config.name, to: context.logger)
             throw error.gatewayError(upstream: config.name)
         }
     }
@@ -82,7 +85,7 @@ final class URLSessionUpstream: UpstreamClient {
 
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: target.authority, preserveHost: config.preserveHost)
+            upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
         for (name, value) in Self.joinedForDictionary(fields) {
             urlRequest.setValue(value, forHTTPHeaderField: name)
         }
@@ -382,6 +385,10 @@ final class URLSessionUpstreamDelegate: NSObject, URLSessionDataDelegate, Sendab
             return hadResponse ? .connectionClosed("transport error") : .connectFailed("transport error")
         }
         let detail = "URLError \(urlError.code.rawValue)"
+        // On Linux a TLS failure is URLError -1 with curl's message; the message names no URL.
+        if !hadResponse, let tls = TLSFailure.describe(curlMessage: urlError.localizedDescription) {
+            return .tls(tls)
+        }
         switch urlError.code {
         case .timedOut:
             return .timeout

@@ -21,6 +21,8 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var preserveHost: Bool = false
     /// Upstream bodies larger than this become 502 `upstream_response_too_large`.
     public var maxResponseBytes: Int = 64 * 1024 * 1024
+    /// `tls:` for an `https://` upstream; the default verifies against the system trust store.
+    public var tls = TLSClientConfig()
 
     public init(name: String, url: URL) {
         self.name = name

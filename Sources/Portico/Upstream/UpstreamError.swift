@@ -1,3 +1,5 @@
+import Logging
+
 /// What went wrong talking to an upstream, before it is mapped to the client-facing
 /// `GatewayError` (status + stable code).
 public enum UpstreamError: Error, Sendable, Equatable {
@@ -14,10 +16,10 @@ public enum UpstreamError: Error, Sendable, Equatable {
     case responseTooLarge(limit: Int)
     /// The upstream sent something that is not valid HTTP.
     case protocolError(String)
-    /// TLS handshake or certificate failure.
+    /// TLS handshake or certificate failure; the detail says what failed (see `TLSFailure`).
     case tls(String)
 
-    /// The error a client sees. Connect/reset/TLS → 502 `upstream_unavailable`;
+    /// The error a client sees. Connect/reset → 502 `upstream_unavailable`; TLS → 502 `upstream_tls_error`;
     /// timeouts → 504 `upstream_timeout` (like nginx, a connect timeout is a timeout);
     /// too large → 502 `upstream_response_too_large`; protocol → 502 `upstream_protocol_error`.
     public func gatewayError(upstream: String) -> GatewayError {
@@ -28,7 +30,19 @@ public enum UpstreamError: Error, Sendable, Equatable {
         case .connectionClosed(let detail): .upstreamUnavailable(upstream, "connection closed: \(detail)")
         case .responseTooLarge(let limit): .upstreamResponseTooLarge(upstream, limit: limit)
         case .protocolError(let detail): .upstreamProtocolError(upstream, detail)
-        case .tls(let detail): .upstreamUnavailable(upstream, "TLS: \(detail)")
+        case .tls(let detail): .upstreamTLSError(upstream, detail)
+        }
+    }
+}
+
+extension UpstreamError {
+    /// One log line per failed exchange. TLS failures are errors: they mean broken trust or
+    /// configuration, not a transient fault, and the line says which upstream and what failed.
+    func log(upstream: String, to logger: Logger) {
+        if case .tls(let detail) = self {
+            logger.error("upstream TLS failure", metadata: ["upstream": "\(upstream)", "tls_error": "\(detail)"])
+        } else {
+            logger.debug("upstream exchange failed", metadata: ["upstream": "\(upstream)", "error": "\(self)"])
         }
     }
 }

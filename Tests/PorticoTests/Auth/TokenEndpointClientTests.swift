@@ -66,6 +66,28 @@ struct TokenEndpointClientTests {
         }
     }
 
+    @Test("a call after shutdown fails cleanly on both transports (URLSession would trap on an invalidated session)",
+          arguments: UpstreamConfig.Transport.allCases)
+    func callAfterShutdown(transport: UpstreamConfig.Transport) async throws {
+        try await withEndpoint(TestTokenEndpoint.Configuration()) { (endpoint) async throws in
+            var config = endpoint.oauth2Config()
+            config.transport = transport
+            let client = TokenEndpointClient(config: config)
+            #expect(try await client.clientCredentials().accessToken == "tok-1")
+            client.shutdown()
+            do throws(TokenEndpointError) {
+                _ = try await client.clientCredentials()
+                Issue.record("expected a failure after shutdown")
+            } catch {
+                guard case .transport = error.kind else {
+                    Issue.record("expected a transport error, got \(error)")
+                    return
+                }
+            }
+            #expect(endpoint.callCount == 1)
+        }
+    }
+
     @Test("a wrong client secret is a 401 invalid_client error (the Basic challenge does not hang)")
     func badClient() async throws {
         try await withEndpoint { (endpoint) async throws in

@@ -1,0 +1,87 @@
+import Foundation
+import NIOSSL
+
+/// `tls:` of an upstream or an OAuth2 credential: how Portico verifies the server and which
+/// certificate it presents. Files are read and parsed when the configuration loads (and on
+/// every reload), so a running gateway never meets a missing or malformed file.
+///
+/// Verification is on by default: the chain must lead to a trusted root (the system's, or
+/// `ca_file`'s when set) and the certificate must name the host (or `server_name`).
+public struct TLSClientConfig: Sendable, Equatable {
+    public enum Version: String, Sendable, Equatable, CaseIterable {
+        case tls12 = "1.2"
+        case tls13 = "1.3"
+    }
+
+    /// A client certificate chain (leaf first) and its private key, for mutual TLS.
+    public struct ClientIdentity: Sendable, Equatable {
+        public var certificateChain: [NIOSSLCertificate]
+        public var privateKey: NIOSSLPrivateKey
+
+        public init(certificateChain: [NIOSSLCertificate], privateKey: NIOSSLPrivateKey) {
+            self.certificateChain = certificateChain
+            self.privateKey = privateKey
+        }
+    }
+
+    /// Roots from `ca_file`, trusted instead of the system's; `nil`: the system trust store.
+    public var trustRoots: [NIOSSLCertificate]?
+    public var clientIdentity: ClientIdentity?
+    /// Name sent as SNI and checked against the certificate, instead of the URL's host.
+    public var serverName: String?
+    /// `nil` means TLS 1.2 on `nio` (NIOSSL alone would allow 1.0).
+    public var minimumVersion: Version?
+    /// Neither chain nor host name is checked. Only ever set explicitly, and warned about at load.
+    public var insecureSkipVerify: Bool = false
+
+    public init() {}
+
+    /// True when nothing differs from the default (system roots, full verification).
+    public var isDefault: Bool { self == TLSClientConfig() }
+
+    /// How AsyncHTTPClient must address `url` so SNI and the verified name are `server_name`:
+    /// it takes both from the URL's host, so the URL carries `server_name` and `dnsOverride`
+    /// connects to the configured host. Callers keep sending the configured `Host` header.
+    public func addressing(_ url: URL) -> (url: URL, dnsOverride: [String: String]) {
+        guard let serverName, let host = url.host,
+              var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return (url, [:]) }
+        components.host = serverName
+        guard let addressed = components.url else { return (url, [:]) }
+        return (addressed, [serverName: host])
+    }
+
+    /// The NIOSSL configuration the `nio` transport (and token calls over it) use.
+    public var nioConfiguration: TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if let trustRoots {
+            configuration.trustRoots = .certificates(trustRoots)
+        }
+        if let clientIdentity {
+            configuration.certificateChain = clientIdentity.certificateChain.map { .certificate($0) }
+            configuration.privateKey = .privateKey(clientIdentity.privateKey)
+        }
+        // NIOSSL would accept TLS 1.0; Portico's floor is 1.2 unless `min_version` raises it.
+        configuration.minimumTLSVersion = minimumVersion == .tls13 ? .tlsv13 : .tlsv12
+        if insecureSkipVerify {
+            configuration.certificateVerification = .none
+        }
+        return configuration
+    }
+}
+
+/// `listen.tls:` — the proxy listener terminates TLS (libmicrohttpd with GnuTLS).
+public struct ListenTLSConfig: Sendable, Equatable, CustomStringConvertible {
+    /// PEM, leaf first, as read from `cert_file`.
+    public var certificatePEM: [UInt8]
+    /// PEM, as read from `key_file`. Never printed.
+    public var privateKeyPEM: [UInt8]
+
+    public init(certificatePEM: [UInt8], privateKeyPEM: [UInt8]) {
+        self.certificatePEM = certificatePEM
+        self.privateKeyPEM = privateKeyPEM
+    }
+
+    public var description: String {
+        "ListenTLSConfig(certificate: \(certificatePEM.count) bytes, key: <redacted>)"
+    }
+}

@@ -1,0 +1,302 @@
+import Foundation
+import Logging
+import Portico
+import PorticoTesting
+import Testing
+
+@Suite("TLS: HTTPS upstreams, token endpoints and the listener")
+struct TLSTests {
+    static func upstream(_ pair: KeyPath<TestCertificates, TestCertificates.Pair>,
+                         requireClientCertificate: Bool = false) async throws -> TestUpstream {
+        let certificates = try await TestCertificates.shared()
+        let upstream = TestUpstream(tls: try certificates.serverTLS(certificates[keyPath: pair],
+                                                                     requireClientCertificate: requireClientCertificate))
+        try await upstream.start()
+        return upstream
+    }
+
+    /// A gateway proxying `/api` to `url` over `transport` with `tls`.
+    static func gateway(_ url: URL, transport: UpstreamConfig.Transport = .nio, tls: TLSClientConfig,
+                        logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        throws -> TestGateway {
+        var config = PorticoConfig()
+        var settings = UpstreamConfig(name: "billing", url: url)
+        settings.transport = transport
+        settings.tls = tls
+        config.upstreams = ["billing": settings]
+        config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "billing", stripPrefix: true)]
+        return try TestGateway(config, logger: logger)
+    }
+
+    static func errorCode(_ response: RawHTTPResponse) throws -> String {
+        try JSONDecoder().decode(ErrorBody.self, from: Data(response.body)).error
+    }
+
+    @Test("an https upstream signed by ca_file's CA answers, with host name and chain checked")
+    func customCA() async throws {
+        let upstream = try await Self.upstream(\.server)
+        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA())
+        let response = try await gateway.request("GET", "/api/hello?x=1")
+        #expect(response.status == 200)
+        let echo = try TestUpstream.Echo.decode(response.body)
+        #expect(echo.target == "/hello?x=1")
+        #expect(echo.values("host") == ["127.0.0.1:\(upstream.port)"])
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    struct BadServer: Sendable, CustomTestStringConvertible {
+        var name: String
+        var certificate: any KeyPath<TestCertificates, TestCertificates.Pair> & Sendable
+        var reason: String
+        var testDescription: String { name }
+    }
+
+    @Test("a certificate from another CA, an expired one or one for another host is a 502 upstream_tls_error, logged",
+          arguments: [
+            BadServer(name: "wrong CA", certificate: \.wrongCA, reason: "certificate verify failed"),
+            BadServer(name: "expired", certificate: \.expired, reason: "certificate verify failed"),
+            BadServer(name: "wrong host name", certificate: \.otherHost, reason: "hostname mismatch"),
+          ])
+    func verificationFailures(server: BadServer) async throws {
+        let upstream = try await Self.upstream(server.certificate)
+        let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
+        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA(), logger: log.logger)
+        let response = try await gateway.request("GET", "/api/secret")
+        #expect(response.status == 502)
+        #expect(try Self.errorCode(response) == "upstream_tls_error")
+        #expect(response.bodyText.contains(server.reason), "\(response.bodyText)")
+        #expect(upstream.totalHits == 0, "no request may reach an unverified upstream")
+        let line = try #require(log.records.first)
+        #expect(line["upstream"]?.description == "billing")
+        #expect(line["tls_error"]?.description.contains(server.reason) == true)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("urlsession verifies against the system store: a test CA's certificate is a 502 upstream_tls_error")
+    func urlsessionVerifies() async throws {
+        let upstream = try await Self.upstream(\.server)
+        let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
+        let gateway = try Self.gateway(upstream.baseURL, transport: .urlsession, tls: TLSClientConfig(), logger: log.logger)
+        let response = try await gateway.request("GET", "/api/secret")
+        #expect(response.status == 502)
+        #expect(try Self.errorCode(response) == "upstream_tls_error")
+        #expect(response.bodyText.contains("certificate verify failed: unable to get local issuer certificate"),
+                "\(response.bodyText)")
+        #expect(upstream.totalHits == 0)
+        #expect(log.records.first?["upstream"]?.description == "billing")
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("server_name is the name the certificate is checked against; Host stays the configured authority")
+    func serverName() async throws {
+        let upstream = try await Self.upstream(\.otherHost)
+        var tls = try await TestCertificates.shared().trustingCA()
+        tls.serverName = "upstream.internal"
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls)
+        let response = try await gateway.request("GET", "/api/named")
+        #expect(response.status == 200)
+        #expect(try TestUpstream.Echo.decode(response.body).values("host") == ["127.0.0.1:\(upstream.port)"])
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("an upstream requiring a client certificate refuses Portico without one and accepts it with one")
+    func mutualTLS() async throws {
+        let upstream = try await Self.upstream(\.server, requireClientCertificate: true)
+        let certificates = try await TestCertificates.shared()
+        let without = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA())
+        let refused = try await without.request("GET", "/api/mtls")
+        #expect(refused.status == 502)
+        #expect(try Self.errorCode(refused) == "upstream_tls_error", "\(refused.bodyText)")
+        #expect(refused.bodyText.contains("the server requires a client certificate"), "\(refused.bodyText)")
+        #expect(upstream.totalHits == 0)
+        await without.stop()
+
+        var tls = try certificates.trustingCA()
+        tls.clientIdentity = try certificates.clientIdentity()
+        let with = try Self.gateway(upstream.baseURL, tls: tls)
+        let accepted = try await with.request("GET", "/api/mtls")
+        #expect(accepted.status == 200)
+        await with.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("min_version 1.3 refuses a server that stops at TLS 1.2")
+    func minimumVersion() async throws {
+        let certificates = try await TestCertificates.shared()
+        var serverTLS = try certificates.serverTLS(certificates.server)
+        serverTLS.maximumTLSVersion = .tlsv12
+        let upstream = TestUpstream(tls: serverTLS)
+        try await upstream.start()
+        var tls = try certificates.trustingCA()
+        let accepted = try Self.gateway(upstream.baseURL, tls: tls)
+        #expect(try await accepted.request("GET", "/api/v").status == 200)
+        await accepted.stop()
+
+        tls.minimumVersion = .tls13
+        let strict = try Self.gateway(upstream.baseURL, tls: tls)
+        let refused = try await strict.request("GET", "/api/v")
+        #expect(refused.status == 502)
+        #expect(try Self.errorCode(refused) == "upstream_tls_error")
+        #expect(refused.bodyText.contains("no TLS version both sides accept"), "\(refused.bodyText)")
+        await strict.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("without min_version the floor is TLS 1.2: a TLS 1.1 server is refused")
+    func defaultFloor() async throws {
+        let certificates = try await TestCertificates.shared()
+        var serverTLS = try certificates.serverTLS(certificates.server)
+        serverTLS.minimumTLSVersion = .tlsv1
+        serverTLS.maximumTLSVersion = .tlsv11
+        let upstream = TestUpstream(tls: serverTLS)
+        try await upstream.start()
+        let gateway = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA())
+        let refused = try await gateway.request("GET", "/api/old")
+        #expect(refused.status == 502)
+        #expect(try Self.errorCode(refused) == "upstream_tls_error")
+        #expect(upstream.totalHits == 0)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("insecure_skip_verify accepts an untrusted certificate (and only when set)")
+    func insecureSkipVerify() async throws {
+        let upstream = try await Self.upstream(\.wrongCA)
+        var tls = TLSClientConfig()
+        tls.insecureSkipVerify = true
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls)
+        #expect(try await gateway.request("GET", "/api/any").status == 200)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    /// A gateway whose `/api` route injects a token from `tokenURL`, fetched over `transport` with `tls`.
+    static func tokenGateway(tokenURL: URL, transport: UpstreamConfig.Transport = .nio, tls: TLSClientConfig,
+                             upstreamPort: Int) throws -> TestGateway {
+        var oauth = OAuth2Config(tokenURL: tokenURL, clientID: "portico", clientSecret: "s3cret")
+        oauth.transport = transport
+        oauth.tls = tls
+        var config = PorticoConfig()
+        config.credentials["idp"] = CredentialConfig(kind: .oauth2ClientCredentials(oauth))
+        config.middleware["auth"] = .auth(AuthConfig(credential: "idp"))
+        config.upstreams["app"] = UpstreamConfig(name: "app", url: URL(string: "http://127.0.0.1:\(upstreamPort)")!)
+        config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "app", middleware: ["auth"])]
+        return try TestGateway(config)
+    }
+
+    @Test("a token endpoint over TLS with a custom CA issues the token the upstream receives")
+    func tokenEndpointOverTLS() async throws {
+        let idp = try await Self.upstream(\.server)
+        idp.route("/oauth2/token") { request in
+            guard request.method == "POST", request.values("authorization").first?.hasPrefix("Basic ") == true else {
+                return .text("bad token request", status: 400)
+            }
+            return TestUpstream.Response(status: 200, headers: [("Content-Type", "application/json")],
+                                         body: #"{"access_token":"tls-token-1","token_type":"Bearer","expires_in":3600}"#)
+        }
+        let app = try await ProxyConformanceTests.started(ProxyLeg(transport: .nio, tls: false))
+        let tokenURL = idp.baseURL.appendingPathComponent("oauth2/token")
+        let gateway = try Self.tokenGateway(tokenURL: tokenURL, tls: try await TestCertificates.shared().trustingCA(),
+                                            upstreamPort: app.port)
+        let response = try await gateway.request("GET", "/api/orders")
+        #expect(response.status == 200)
+        #expect(try TestUpstream.Echo.decode(response.body).values("authorization") == ["Bearer tls-token-1"])
+        #expect(idp.hits("/oauth2/token") == 1)
+        await gateway.stop()
+
+        // The same endpoint without its CA: no token, a 503, and the reason is TLS.
+        let untrusted = try Self.tokenGateway(tokenURL: tokenURL, tls: TLSClientConfig(), upstreamPort: app.port)
+        let refused = try await untrusted.request("GET", "/api/orders")
+        #expect(refused.status == 503)
+        #expect(try Self.errorCode(refused) == "credentials_unavailable")
+        #expect(refused.bodyText.contains("TLS failure: certificate verify failed"), "\(refused.bodyText)")
+        await untrusted.stop()
+
+        // URLSession (the default) verifies against the system store and says why it refused.
+        let urlsession = try Self.tokenGateway(tokenURL: tokenURL, transport: .urlsession, tls: TLSClientConfig(),
+                                               upstreamPort: app.port)
+        let refusedToo = try await urlsession.request("GET", "/api/orders")
+        #expect(refusedToo.status == 503)
+        #expect(refusedToo.bodyText.contains("TLS failure: certificate verify failed: unable to get local issuer certificate"),
+                "\(refusedToo.bodyText)")
+        await urlsession.stop()
+        #expect(idp.hits("/oauth2/token") == 1)
+        #expect(app.totalHits == 1)
+        await app.shutdown()
+        await idp.shutdown()
+    }
+
+    @Test("listen.tls serves HTTPS that curl verifies with the CA, and refuses plain HTTP")
+    func listenerTLS() async throws {
+        let certificates = try await TestCertificates.shared()
+        var config = PorticoConfig()
+        config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
+                                            privateKeyPEM: certificates.server.keyPEM)
+        config.routes = [RouteConfig(name: "ping", match: .init(path: "/ping"),
+                                     direct: .init(status: 200, body: "pong over tls\n")),
+                         RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "app")]
+        let upstream = try await ProxyConformanceTests.started(ProxyLeg(transport: .nio, tls: false))
+        config.upstreams["app"] = UpstreamConfig(name: "app", url: upstream.baseURL)
+        let gateway = try TestGateway(config)
+
+        for host in ["127.0.0.1", "localhost"] {
+            let result = try await Curl.run(["--silent", "--show-error", "--cacert", certificates.ca.certificateFile,
+                                             "https://\(host):\(gateway.port)/ping"])
+            #expect(result.status == 0, "\(result.errors)")
+            #expect(result.output == "pong over tls\n")
+        }
+        let untrusted = try await Curl.run(["--silent", "--show-error", "--cacert", certificates.otherCA.certificateFile,
+                                            "https://127.0.0.1:\(gateway.port)/ping"])
+        #expect(untrusted.status == 60, "curl: peer certificate cannot be authenticated with the given CA")
+
+        // Proxied requests tell the upstream the client spoke HTTPS.
+        let proxied = try await Curl.run(["--silent", "--cacert", certificates.ca.certificateFile,
+                                          "https://localhost:\(gateway.port)/api/echo"])
+        #expect(try TestUpstream.Echo.decode(Array(proxied.output.utf8)).values("x-forwarded-proto") == ["https"])
+
+        // Plain HTTP on the TLS port gets no HTTP answer.
+        let connection = try gateway.connect()
+        try await connection.send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        let plain = try? await connection.readResponse()
+        #expect(plain == nil || plain?.status != 200)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+}
+
+/// Runs `curl` (installed by scripts/test) and collects its output; polls for the exit, as
+/// `waitUntilExit` can hang inside Swift concurrency on Linux.
+enum Curl {
+    struct Result {
+        var status: Int32
+        var output: String
+        var errors: String
+    }
+
+    static func run(_ arguments: [String]) async throws -> Result {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        process.arguments = ["--max-time", "30"] + arguments
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("portico-curl-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let outURL = directory.appendingPathComponent("out"), errURL = directory.appendingPathComponent("err")
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: outURL)
+        process.standardError = try FileHandle(forWritingTo: errURL)
+        try process.run()
+        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+        while process.isRunning && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        if process.isRunning { process.terminate() }
+        return Result(status: process.terminationStatus,
+                      output: (try? String(contentsOf: outURL, encoding: .utf8)) ?? "",
+                      errors: (try? String(contentsOf: errURL, encoding: .utf8)) ?? "")
+    }
+}
