@@ -56,7 +56,9 @@ public enum ConfigUnits {
         return Int(bytes)
     }
 
-    /// Parses `100/s`, `6000/m`, `10/h`, or `5/10s` (a count per any duration).
+    static let maxRatePerSecond: Double = 1_000_000_000
+
+    /// Parses `100/s`, `6000/m`, `10/h`, or `5/10s` (a count per any duration), at most 10⁹ per second.
     public static func rate(_ text: String) throws(UnitError) -> Rate {
         let kind = "rate"
         let parts = text.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
@@ -76,7 +78,12 @@ public enum ConfigUnits {
             throw UnitError(kind: kind, input: text, reason: rateHint)
         }
         guard per > .zero else { throw UnitError(kind: kind, input: text, reason: "period must be greater than zero") }
-        return Rate(count: count, per: per)
+        let rate = Rate(count: count, per: per)
+        // Bucket sizes and refill arithmetic are integers: an absurd rate must be an error, not an overflow.
+        guard rate.perSecond <= maxRatePerSecond else {
+            throw UnitError(kind: kind, input: text, reason: "must be at most 1000000000 per second")
+        }
+        return rate
     }
 
     /// `digits[.digits]` times `multiplier`, rounded down; nil for anything else.

@@ -44,6 +44,7 @@ public struct RateLimitConfig: Sendable, Equatable {
     }
 
     public static func defaultBurst(for rate: Rate) -> Int {
-        max(1, Int(rate.perSecond.rounded(.up)))
+        // Clamped: a Rate built in code (not parsed) could still be absurd.
+        max(1, Int(min(rate.perSecond.rounded(.up), Double(Int32.max))))
     }
 }

@@ -90,6 +90,9 @@ struct UnitsTests {
         ("0/s", "invalid rate \"0/s\" (must be greater than zero)"),
         ("5/0s", "invalid rate \"5/0s\" (period must be greater than zero)"),
         ("1/s/s", "invalid rate \"1/s/s\" (expected e.g. 100/s, 6000/m, 10/h)"),
+        // Found by ParserFuzzTests: this used to overflow when the default burst was computed.
+        ("99999999999999999999999/s", "invalid rate \"99999999999999999999999/s\" (must be at most 1000000000 per second)"),
+        ("2000000/1ms", "invalid rate \"2000000/1ms\" (must be at most 1000000000 per second)"),
     ])
     func invalidRate(text: String, message: String) {
         do throws(UnitError) {
