@@ -7,7 +7,9 @@ import Testing
 /// random edits (inserted bytes from an alphabet of delimiters, controls and digits, deletions,
 /// duplicated runs, splices of two examples, huge numbers) or pure noise. A crash fails the run;
 /// the invariants checked are the ones each parser promises. Seeds are fixed, so a failure
-/// reproduces; the seed and input are in the failure message.
+/// reproduces; the seed and input are in the failure message. `scripts/fuzz` runs the same
+/// targets longer: `PORTICO_FUZZ_SCALE` multiplies the iterations, `PORTICO_FUZZ_SEED` moves
+/// every seed (a crash found that way becomes an example or a test case here).
 @Suite("Parser fuzzing (seeded)")
 struct ParserFuzzTests {
     /// SplitMix64: small, fast, reproducible.
@@ -58,9 +60,13 @@ struct ParserFuzzTests {
             && text.first != "\t" && text.last != "\t"
     }
 
+    static let environment = ProcessInfo.processInfo.environment
+    static let scale = max(1, Int(environment["PORTICO_FUZZ_SCALE"] ?? "") ?? 1)
+    static let seedOffset = UInt64(environment["PORTICO_FUZZ_SEED"] ?? "") ?? 0
+
     static func inputs(_ examples: [String], count: Int, seed: UInt64) -> [String] {
-        var random = Seeded(state: seed)
-        return examples + (0..<count).map { _ in mutate(examples, &random) }
+        var random = Seeded(state: seed &+ seedOffset &* 1_000_003)
+        return examples + (0..<count * scale).map { _ in mutate(examples, &random) }
     }
 
     @Test("durations, sizes and rates: a value or a UnitError, never a crash; values are not negative")
