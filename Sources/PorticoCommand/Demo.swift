@@ -60,6 +60,11 @@ struct Demo: AsyncParsableCommand {
       auth:
         type: auth
         credential: demo-idp
+      gzip:
+        type: compress
+      cache:
+        type: cache
+        max_bytes: 16MiB
     defaults:
       middleware: [log, limit, retry]
     routes:
@@ -76,6 +81,10 @@ struct Demo: AsyncParsableCommand {
         match: { path_prefix: /secure }
         upstream: orders
         middleware: [log, retry, auth]
+      - name: catalog
+        match: { path: /catalog }
+        upstream: orders-nio
+        middleware: [log, limit, gzip, cache]
       - name: flaky
         match: { path: /flaky }
         upstream: orders
@@ -119,6 +128,8 @@ struct Demo: AsyncParsableCommand {
               curl -i http://127.0.0.1:\(port)/fast/orders/1                       (same upstream over the NIO transport)
               curl -i http://127.0.0.1:\(port)/secure/report                       (a bearer token injected; refreshed every ~20 s)
               curl -i http://127.0.0.1:\(port)/flaky                               (503 twice, retried: the client sees 200)
+              curl -si http://127.0.0.1:\(port)/catalog | grep -iE 'cache-status|x-upstream-served'   (twice: a hit, served once upstream)
+              curl -s -H 'Accept-Encoding: gzip' -o /dev/null -w '%{size_download} bytes\\n' http://127.0.0.1:\(port)/catalog   (gzip on the fly)
               for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:\(port)/ping; done   (429 past 10)
               curl -i http://127.0.0.1:\(port)/nowhere                              (JSON 404 with a request id)
               curl -s http://127.0.0.1:\(adminPort)/metrics | grep portico_requests_total

@@ -58,6 +58,12 @@ public final class DemoUpstream: Sendable {
                 return json(404, ["error": "no such order", "id": String(id)])
             }
             return json(200, ["id": number, "item": "widget-\(number)", "quantity": number * 2])
+        case ("GET", "/catalog"), ("HEAD", "/catalog"):
+            // Cacheable for 10 s, and big enough to be worth compressing.
+            var response = json(200, ["catalog": (1...60).map { ["sku": "SKU-\($0)", "name": "widget model \($0)",
+                                                                "description": "a sturdy widget, size \($0 % 5), colour \($0 % 7)"] }])
+            response.headers.append(("Cache-Control", "max-age=10"))
+            return response
         case ("GET", "/flaky"):
             return json(200, ["ok": true, "note": "this endpoint fails two times out of three; the retry middleware hid that"])
         case ("GET", _) where path.hasPrefix("/secure"):
