@@ -13,17 +13,25 @@ import Testing
 //
 // Who refuses what (libmicrohttpd 0.9.75, MHD_OPTION_STRICT_FOR_CLIENT=1):
 // - libmicrohttpd: malformed request lines and versions, header lines without a colon or with
-//   whitespace before it, obs-fold continuation lines, a Content-Length that is not one
-//   decimal number (lists, signs, overflow), malformed chunk sizes (hex overflow, junk) and
-//   chunked framing errors. It answers 400 itself (or closes the connection).
+//   whitespace before it or in the name, bare CR, a Content-Length that is not one decimal
+//   number (lists, signs, hex), malformed chunk sizes and chunk data longer than its size (400,
+//   or a close); a Content-Length or chunk size beyond 64 bits (413). Garbage after a request
+//   closes the connection without an answer. Bare LF line endings are accepted (RFC 9112 §2.2
+//   allows it) and chunk extensions are ignored.
 // - Portico's server layer (`RequestFraming` in MicroHTTPD, before any body byte is read):
 //   Content-Length together with Transfer-Encoding, more than one Content-Length (even equal
-//   ones), a Transfer-Encoding whose final coding is not `chunked` or that repeats `chunked`
-//   (400), one with any other coding (501), and Transfer-Encoding in an HTTP/1.0 request.
-//   These answers close the connection: the rest of the bytes cannot be framed.
-// - Portico's gateway (`GatewayRequest(validating:)`): NUL and control bytes in header names
-//   and values, a missing (HTTP/1.1) or doubled Host, asterisk- and authority-form targets,
-//   controls in the target, dot segments. Framing was sound, so the connection stays usable.
+//   ones), Transfer-Encoding in HTTP/1.0, and any Transfer-Encoding but exactly `chunked`
+//   (libmicrohttpd would read such a body until the client closes): 400, or 501 for a valid
+//   list of other codings ending in chunked. These answers close the connection.
+// - Portico's gateway (`GatewayRequest(validating:)`): NUL and control bytes in header names,
+//   control bytes in values, a missing (HTTP/1.1) or doubled Host, asterisk- and authority-form
+//   targets: 400. Framing was sound, so the connection stays usable.
+// - Not refusable by Portico (rows marked as known issues): libmicrohttpd 0.9.75 ends a header
+//   value at a NUL, and appends an obs-fold continuation line to the previous field's *name*,
+//   so `Content-: 5` + ` Length` frames a 5-byte body. Portico only sees the parsed result. The
+//   upstream still gets exactly one re-framed request, but a front proxy that unfolds obs-fold
+//   (RFC-allowed) would frame that request differently: run Portico behind proxies that reject
+//   obs-fold (nginx, Envoy and HAProxy do), or a libmicrohttpd with a fixed header parser.
 
 /// One row: raw bytes in, what comes back, what the upstream saw.
 struct SmugglingCase: Sendable, CustomTestStringConvertible {
@@ -43,22 +51,31 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
     var upstreamBodies: [String] = []
     /// When set, the request line the (first) upstream request must carry.
     var upstreamRequestLine: String?
+    /// When set, a header the (first) upstream request must carry exactly once, with this value.
+    var upstreamHeader: (name: String, value: String)?
+    /// A libmicrohttpd defect Portico cannot see past: the row states the right behaviour and
+    /// runs as a known issue, so it starts failing (as a reminder) once the library is fixed.
+    var knownIssue: String?
+
+    static let obsFoldIssue = "libmicrohttpd 0.9.75 appends an obs-fold continuation to the previous field's name (X-A: 1 / folded becomes X-Afolded: 1); Portico only sees the result"
 
     var testDescription: String { name }
 
-    init(_ name: String, _ text: String, _ outcome: Outcome, upstream: [String] = [], requestLine: String? = nil) {
-        self.name = name
-        bytes = Array(text.utf8)
-        self.outcome = outcome
-        upstreamBodies = upstream
+    init(_ name: String, _ text: String, _ outcome: Outcome, upstream: [String] = [], requestLine: String? = nil,
+         upstreamHeader: (name: String, value: String)? = nil, knownIssue: String? = nil) {
+        self.init(name, bytes: Array(text.utf8), outcome, upstream: upstream, upstreamHeader: upstreamHeader)
         upstreamRequestLine = requestLine
+        self.knownIssue = knownIssue
     }
 
-    init(_ name: String, bytes: [UInt8], _ outcome: Outcome, upstream: [String] = []) {
+    init(_ name: String, bytes: [UInt8], _ outcome: Outcome, upstream: [String] = [],
+         upstreamHeader: (name: String, value: String)? = nil, knownIssue: String? = nil) {
         self.name = name
+        self.knownIssue = knownIssue
         self.bytes = bytes
         self.outcome = outcome
         upstreamBodies = upstream
+        self.upstreamHeader = upstreamHeader
     }
 
     /// `POST /api/x` with `headers` (each ending in CRLF) and `body`.
@@ -86,7 +103,7 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
         SmugglingCase("Content-Length with a sign", post("Content-Length: +5\r\n", "hello"), .refusedAndClosed),
         SmugglingCase("Content-Length in hex", post("Content-Length: 0x5\r\n", "hello"), .refusedAndClosed),
         SmugglingCase("Content-Length overflowing 64 bits",
-                      post("Content-Length: 18446744073709551621\r\n", "hello"), .refusedAndClosed),
+                      post("Content-Length: 18446744073709551621\r\n", "hello"), .answersThenCloses([413])),
 
         // Transfer-Encoding variants.
         SmugglingCase("Transfer-Encoding: chunked, identity",
@@ -104,8 +121,9 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
                       .answers([200]), upstream: ["hello"]),
         SmugglingCase("Transfer-Encoding name in odd case", post("tRANSFER-eNCODING: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),
                       .answers([200]), upstream: ["hello"]),
-        SmugglingCase("Transfer-Encoding value with surrounding whitespace",
-                      post("Transfer-Encoding: \t chunked \t\r\n", "5\r\nhello\r\n0\r\n\r\n"), .answers([200]), upstream: ["hello"]),
+        // libmicrohttpd keeps trailing whitespace and then would not decode the body as chunked.
+        SmugglingCase("Transfer-Encoding value with trailing whitespace",
+                      post("Transfer-Encoding: chunked \t\r\n", "5\r\nhello\r\n0\r\n\r\n"), .refusedAndClosed),
         SmugglingCase("Transfer-Encoding with a space before the colon",
                       post("Transfer-Encoding : chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"), .refusedAndClosed),
         SmugglingCase("Transfer-Encoding with a tab before the colon",
@@ -117,7 +135,10 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
                       .refusedAndClosed),
 
         // Line structure.
-        SmugglingCase("obs-fold continuation line", post("X-A: 1\r\n folded\r\nContent-Length: 5\r\n", "hello"), .refusedAndClosed),
+        SmugglingCase("obs-fold continuation line", post("X-A: 1\r\n folded\r\nContent-Length: 5\r\n", "hello"),
+                      .refusedAndClosed, knownIssue: Self.obsFoldIssue),
+        SmugglingCase("obs-fold completing a Content-Length name", post("Content-: 5\r\n Length\r\n", "hello"),
+                      .refusedAndClosed, knownIssue: Self.obsFoldIssue),
         SmugglingCase("obs-fold hiding Transfer-Encoding",
                       post("X-A: 1\r\n Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "hello"), .refusedAndClosed),
         SmugglingCase("whitespace before the first header",
@@ -131,8 +152,9 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
         SmugglingCase("header line without a colon", post("X-A 1\r\nContent-Length: 5\r\n", "hello"), .refusedAndClosed),
 
         // Bytes that are not allowed in names and values.
-        SmugglingCase("NUL in a header value", bytes: Array(post("X-A: a", "").utf8.dropLast(2)) + [0] + Array("b\r\n\r\n".utf8),
-                      .answers([400])),
+        SmugglingCase("NUL in a header value", bytes: Array("GET /api/x HTTP/1.1\r\nHost: gw\r\nX-A: a".utf8) + [0]
+                        + Array("b\r\nX-B: c\r\n\r\n".utf8), .answers([400]),
+                      knownIssue: "libmicrohttpd 0.9.75 ends the value at the NUL and drops the rest of the line; Portico never sees the byte"),
         SmugglingCase("NUL in a header name", bytes: Array("GET /api/x HTTP/1.1\r\nHost: gw\r\nX-".utf8) + [0] + Array("A: b\r\n\r\n".utf8),
                       .answers([400])),
         SmugglingCase("control byte in a header value", bytes: Array("GET /api/x HTTP/1.1\r\nHost: gw\r\nX-A: a".utf8) + [1]
@@ -143,7 +165,7 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
 
         // Chunked bodies.
         SmugglingCase("chunk size overflowing 64 bits",
-                      post("Transfer-Encoding: chunked\r\n", "10000000000000005\r\nhello\r\n0\r\n\r\n"), .refusedAndClosed),
+                      post("Transfer-Encoding: chunked\r\n", "10000000000000005\r\nhello\r\n0\r\n\r\n"), .answersThenCloses([413])),
         SmugglingCase("chunk size that is not hex", post("Transfer-Encoding: chunked\r\n", "5g\r\nhello\r\n0\r\n\r\n"),
                       .refusedAndClosed),
         SmugglingCase("chunk size with a sign", post("Transfer-Encoding: chunked\r\n", "+5\r\nhello\r\n0\r\n\r\n"),
@@ -176,7 +198,7 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
                       post("Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n") + post("Content-Length: 3\r\n", "bye"),
                       .answers([200, 200]), upstream: ["hello", "bye"]),
         SmugglingCase("a request followed by garbage",
-                      "GET /api/x HTTP/1.1\r\nHost: gw\r\n\r\nGARBAGE\u{1}\u{2}\r\n\r\n", .answersThenCloses([200, 400]), upstream: [""]),
+                      "GET /api/x HTTP/1.1\r\nHost: gw\r\n\r\nGARBAGE\u{1}\u{2}\r\n\r\n", .answersThenCloses([200]), upstream: [""]),
     ]
 }
 
@@ -199,7 +221,13 @@ struct RequestSmugglingTests {
         try await upstream.start()
         let gateway = try Self.gateway(upstream, transport)
         do {
-            try await Self.check(row, gateway: gateway, upstream: upstream)
+            if let issue = row.knownIssue {
+                await withKnownIssue(Comment(rawValue: issue)) {
+                    try await Self.check(row, gateway: gateway, upstream: upstream)
+                }
+            } else {
+                try await Self.check(row, gateway: gateway, upstream: upstream)
+            }
         } catch {
             await gateway.stop()
             await upstream.shutdown()
@@ -222,10 +250,12 @@ struct RequestSmugglingTests {
                 #expect(try await connection.isClosedByPeer(), "the connection was left open")
             }
         case .refusedAndClosed:
-            if let response = try await connection.readResponse() {
-                #expect(response.status == 400)
+            let response = try await connection.readResponse()
+            #expect(response == nil || response?.status == 400)
+            // Only a refusal is expected to close (waiting for an accepted request's close would take the read timeout).
+            if response == nil || response?.status == 400 {
+                #expect(try await connection.isClosedByPeer(), "the connection was left open")
             }
-            #expect(try await connection.isClosedByPeer(), "the connection was left open")
         }
 
         let received = upstream.requests
@@ -242,6 +272,9 @@ struct RequestSmugglingTests {
         }
         if let line = row.upstreamRequestLine {
             #expect(received.first?.requestLine == line)
+        }
+        if let header = row.upstreamHeader {
+            #expect(received.first?.values(header.name) == [header.value], "\(received.first.map { String(decoding: $0.raw, as: UTF8.self) } ?? "")")
         }
     }
 }
