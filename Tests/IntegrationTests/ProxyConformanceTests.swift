@@ -9,8 +9,14 @@ struct ProxyConformanceTests {
     /// A gateway with one prefix route to `upstream` over `transport`.
     static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport,
                         configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
+        try gateway(upstreamPort: upstream.port, transport, configure: configure)
+    }
+
+    /// A gateway with one prefix route (`/api` → `/base`) to the upstream on `upstreamPort`.
+    static func gateway(upstreamPort: Int, _ transport: UpstreamConfig.Transport,
+                        configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
         var config = PorticoConfig()
-        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)/base")!)
+        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstreamPort)/base")!)
         settings.transport = transport
         settings.connectTimeout = .seconds(30)
         config.upstreams = ["up": settings]

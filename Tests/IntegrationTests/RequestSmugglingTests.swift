@@ -30,8 +30,8 @@ import Testing
 //   value at a NUL, and appends an obs-fold continuation line to the previous field's *name*,
 //   so `Content-: 5` + ` Length` frames a 5-byte body. Portico only sees the parsed result. The
 //   upstream still gets exactly one re-framed request, but a front proxy that unfolds obs-fold
-//   (RFC-allowed) would frame that request differently: run Portico behind proxies that reject
-//   obs-fold (nginx, Envoy and HAProxy do), or a libmicrohttpd with a fixed header parser.
+//   (RFC-allowed) would frame that request differently: put Portico behind a proxy that rejects
+//   obs-fold, or use a libmicrohttpd whose header parser does.
 
 /// One row: raw bytes in, what comes back, what the upstream saw.
 struct SmugglingCase: Sendable, CustomTestStringConvertible {
@@ -202,16 +202,11 @@ struct SmugglingCase: Sendable, CustomTestStringConvertible {
     ]
 }
 
-@Suite("Request smuggling and parsing")
+/// Serialized: each row starts its own gateway and upstream; 100 at once would load the machine for the other suites.
+@Suite("Request smuggling and parsing", .serialized)
 struct RequestSmugglingTests {
     static func gateway(_ upstream: RecordingUpstream, _ transport: UpstreamConfig.Transport) throws -> TestGateway {
-        var config = PorticoConfig()
-        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)/base")!)
-        settings.transport = transport
-        settings.connectTimeout = .seconds(30)
-        config.upstreams = ["up": settings]
-        config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", stripPrefix: true)]
-        return try TestGateway(config)
+        try ProxyConformanceTests.gateway(upstreamPort: upstream.port, transport)
     }
 
     @Test("each malformed or ambiguous request gets a clean answer and maps to exactly the requests sent",
