@@ -111,6 +111,11 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
                                               "request head exceeds the limit of \(limits.maxHeaderBytes) bytes"),
                          on: connection, isHead: false, draining: true)
         }
+        if let problem = RequestFraming.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
+                                                headers: request.headers) {
+            return queue(limits.errorResponse(problem.status, problem.code, problem.message),
+                         on: connection, isHead: false, draining: true)
+        }
         if let length = request.headers.first(where: { $0.name.lowercased() == "content-length" })?.value,
            let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
             // Answer before reading the body; libmicrohttpd closes the connection afterwards.

@@ -29,8 +29,20 @@ struct ProxyConformanceTests {
     /// A gateway with one prefix route to `upstream` over `transport` (for suites reusing this one).
     static func gateway(_ upstream: TestUpstream, _ transport: UpstreamConfig.Transport, tls: TLSClientConfig = TLSClientConfig(),
                         configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
+        try gateway(baseURL: upstream.baseURL, transport, tls: tls, configure: configure)
+    }
+
+    /// A gateway with one prefix route (`/api` → `/base`) to the plain HTTP upstream on `upstreamPort`.
+    static func gateway(upstreamPort: Int, _ transport: UpstreamConfig.Transport,
+                        configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
+        try gateway(baseURL: URL(string: "http://127.0.0.1:\(upstreamPort)")!, transport, configure: configure)
+    }
+
+    /// A gateway with one prefix route (`/api` → `/base`) to the upstream at `baseURL`.
+    static func gateway(baseURL: URL, _ transport: UpstreamConfig.Transport, tls: TLSClientConfig = TLSClientConfig(),
+                        configure: (inout PorticoConfig) -> Void = { _ in }) throws -> TestGateway {
         var config = PorticoConfig()
-        var settings = UpstreamConfig(name: "up", url: upstream.baseURL.appendingPathComponent("base"))
+        var settings = UpstreamConfig(name: "up", url: baseURL.appendingPathComponent("base"))
         settings.transport = transport
         settings.connectTimeout = .seconds(30)
         settings.tls = tls

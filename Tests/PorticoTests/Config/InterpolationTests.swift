@@ -72,6 +72,21 @@ struct InterpolationTests {
         #expect(config.credentials["c"]?.kind == .staticHeader(header: "Authorization", value: "Bearer token"))
     }
 
+    @Test("a secret with CR, LF or NUL in it is refused at its key, without repeating it")
+    func secretWithLineBreak() {
+        let found = diagnostics("""
+            credentials:
+              c: { type: static, value: "Bearer ${API_KEY}" }
+              d: { type: static, header: X-Key, value: "${NUL_KEY}" }
+            \(minimalRoute)
+            """, environment: ["API_KEY": "abc\r\nX-Injected: 1", "NUL_KEY": "abc\u{0}def"])
+        #expect(found == [
+            "portico.yaml:2 credentials.c.value: header value must not contain CR, LF or NUL",
+            "portico.yaml:3 credentials.d.value: header value must not contain CR, LF or NUL",
+        ])
+        #expect(!found.joined().contains("abc"))
+    }
+
     @Test("a missing variable without a default is reported at its key")
     func missingVariable() {
         #expect(diagnostics("""
