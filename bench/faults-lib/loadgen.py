@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Closed-loop HTTP/1.1 load that accounts for every request (used by bench/faults).
 
-Each worker thread owns one connection at a time and sends GET requests back to back, either
-keep-alive (`ka`) or one connection per request (`close`). Every request ends in exactly one
+Each worker thread owns one connection at a time and sends GET requests, either back to back on a
+keep-alive connection (`ka`), one connection per request (`close`), or on a keep-alive connection
+that idles 50-150 ms between requests (`idle`: the connection is often idle when a fault hits). Every request ends in exactly one
 outcome:
 
-  refused        connect() failed: nothing was sent (expected once a draining server stopped listening)
+  refused        connect() failed: nothing was sent (expected once a draining server stopped listening);
+                 other connect failures are tallied as "connect-error <errno>", also not sent
   <status>       a complete response (Content-Length or chunked body fully read); a JSON error body's
                  "error" code is kept with the status, e.g. "503 credentials_unavailable"
   lost:*         the request was written but no complete response came back:
@@ -26,6 +28,7 @@ import argparse
 import errno
 import json
 import os
+import random
 import socket
 import threading
 import time
@@ -43,7 +46,7 @@ def parse_args():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--worker", action="append", required=True,
-                   help="MODE:COUNT:PATH, MODE ka (keep-alive) or close; repeatable")
+                   help="MODE:COUNT:PATH, MODE ka (keep-alive), close or idle (keep-alive, pausing); repeatable")
     p.add_argument("--duration", type=float, required=True)
     p.add_argument("--timeout", type=float, default=10.0, help="whole-request deadline (a longer wait is a hang)")
     p.add_argument("--phase-file", required=True)
@@ -94,8 +97,9 @@ class Phase:
             pass
 
 
-def read_response(sock, deadline, buffer):
-    """Reads one response; returns (status, headers, body, leftover). Raises Truncated, socket.timeout."""
+def read_response(sock, deadline, buffer, resets):
+    """Reads one response; returns (status, headers, body, leftover). Raises Truncated, socket.timeout.
+    A connection reset ends the read like EOF; its errno is appended to `resets`."""
     def more():
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -105,7 +109,8 @@ def read_response(sock, deadline, buffer):
             return sock.recv(READ_CHUNK)
         except socket.timeout:
             raise
-        except OSError:
+        except OSError as error:
+            resets.append(errno.errorcode.get(error.errno, str(error.errno)))
             return b""  # a reset is an end of the connection, like EOF
 
     data = buffer
@@ -127,7 +132,7 @@ def read_response(sock, deadline, buffer):
         name, _, value = line.partition(":")
         headers.setdefault(name.strip().lower(), []).append(value.strip())
     if 100 <= status < 200:
-        return read_response(sock, deadline, rest)
+        return read_response(sock, deadline, rest, resets)
     if status in (204, 304):
         return status, headers, b"", rest
     if "chunked" in ",".join(headers.get("transfer-encoding", [])).lower():
@@ -218,7 +223,8 @@ def worker(args, mode, path, tally, phase, stop):
             sock = None
             continue
         try:
-            status, headers, body, buffer = read_response(sock, deadline, buffer)
+            resets = []
+            status, headers, body, buffer = read_response(sock, deadline, buffer, resets)
         except socket.timeout:
             tally.add(phase.value, path, f"lost:timeout ({where})", time.monotonic() - started)
             sock.close()
@@ -226,7 +232,8 @@ def worker(args, mode, path, tally, phase, stop):
             continue
         except Truncated as error:
             kind = "no-response" if str(error) == "eof before response" else "truncated"
-            tally.add(phase.value, path, f"lost:{kind} ({where})", time.monotonic() - started)
+            how = f", {resets[0]}" if resets else ""
+            tally.add(phase.value, path, f"lost:{kind} ({where}{how})", time.monotonic() - started)
             sock.close()
             sock = None
             continue
@@ -240,6 +247,8 @@ def worker(args, mode, path, tally, phase, stop):
             sock = None
         else:
             reused = True
+            if mode == "idle":
+                stop.wait(random.uniform(0.05, 0.15))
 
 
 def percentile(values, fraction):
@@ -257,7 +266,7 @@ def main():
     threads = []
     for spec in args.worker:
         mode, count, path = spec.split(":", 2)
-        assert mode in ("ka", "close"), spec
+        assert mode in ("ka", "close", "idle"), spec
         for _ in range(int(count)):
             t = threading.Thread(target=worker, args=(args, mode, path, tally, phase, stop), daemon=True)
             threads.append(t)
