@@ -155,6 +155,12 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         deadline: request.startedAt.advanced(by: limits.requestTimeout)
     )
     request.body = []
+    // Counted as suspended before it is: `stop` must never find none while one is being suspended.
+    guard core.admit() else {
+        // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
+        return queue(limits.errorResponse(503, "shutting_down", "the server is shutting down"),
+                     on: connection, isHead: methodName == "HEAD", draining: true)
+    }
     let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
                                   isHead: methodName == "HEAD") { [weak core] pending in
         core?.completed(pending)

@@ -63,6 +63,9 @@ final class ServerCore: Sendable {
         var connections: [ObjectIdentifier: ConnectionTimer] = [:]
         /// Connections suspended or resumed but not yet answered: `MHD_stop_daemon` aborts on them.
         var suspended = 0
+        /// Set by `stop` once in-flight requests are done (or out of grace): requests completed
+        /// after that are answered 503 at once instead of being suspended.
+        var closing = false
     }
 
     let configuration: ServerConfiguration
@@ -183,23 +186,40 @@ final class ServerCore: Sendable {
 
         // Stop accepting. libmicrohttpd hands back the listening socket, which must stay open
         // until MHD_stop_daemon (its pool threads still remove it from their epoll sets; closing
-        // it early makes libmicrohttpd abort). shutdown() refuses new connections right away.
+        // it early makes libmicrohttpd abort). shutdown() refuses new connections right away, but
+        // resets those the kernel has already completed: they are handed to libmicrohttpd first.
         let listenFD = MHD_quiesce_daemon(daemon.pointer)
-        if listenFD >= 0 { _ = Glibc.shutdown(listenFD, Int32(SHUT_RDWR)) }
+        if listenFD >= 0 {
+            Self.handOverQueuedConnections(listenFD, to: daemon.pointer)
+            _ = Glibc.shutdown(listenFD, Int32(SHUT_RDWR))
+        }
 
+        // Open connections are still served (with `Connection: close`) until no request is in
+        // flight; in that same instant the server starts closing, so a request arriving on an
+        // open connection later is answered 503 rather than suspended (MHD_stop_daemon aborts on
+        // suspended connections). Connections accepted just now get a moment to deliver theirs.
         let clock = ContinuousClock()
         let graceDeadline = clock.now.advanced(by: grace)
-        while inFlightCount > 0, clock.now < graceDeadline {
+        let settled = clock.now.advanced(by: min(grace, .milliseconds(250)))
+        while clock.now < graceDeadline {
+            let idle = clock.now >= settled && state.withLock { state -> Bool in
+                guard state.inFlight.isEmpty else { return false }
+                state.closing = true
+                return true
+            }
+            if idle { break }
             try? await Task.sleep(for: .milliseconds(10))
         }
-        // Whatever is still running is answered now, so no connection stays suspended.
-        let remaining = state.withLock { Array($0.inFlight.values) }
-        for pending in remaining {
-            pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
-        }
-        // Resumed connections need a turn of their thread to queue their answer.
+        state.withLock { $0.closing = true }
+        // Whatever is still running (or was admitted just before closing) is answered now, and
+        // resumed connections get a turn of their thread to queue their answer.
         let flushDeadline = clock.now.advanced(by: .seconds(5))
-        while state.withLock({ $0.suspended }) > 0, clock.now < flushDeadline {
+        while clock.now < flushDeadline {
+            let (remaining, suspended) = state.withLock { (Array($0.inFlight.values), $0.suspended) }
+            for pending in remaining {
+                pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
+            }
+            if suspended == 0 { break }
             try? await Task.sleep(for: .milliseconds(5))
         }
         let watchdog = state.withLock { state -> Task<Void, Never>? in
@@ -220,6 +240,23 @@ final class ServerCore: Sendable {
         daemon.logTarget.deinitialize(count: 1)
         daemon.logTarget.deallocate()
         daemon.tls?.release()
+    }
+
+    /// Accepts the connections waiting in the listen queue and gives them to the quiesced
+    /// daemon, which serves them like the others (it closes a socket it cannot take).
+    private static func handOverQueuedConnections(_ listenFD: Int32, to daemon: OpaquePointer) {
+        var ready = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
+        while poll(&ready, 1, 0) > 0, ready.revents & Int16(POLLIN) != 0 {
+            var address = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let client = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { accept(listenFD, $0, &length) }
+            }
+            guard client >= 0 else { return }
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(daemon, client, $0, length) }
+            }
+        }
     }
 
     /// Answers requests whose handlers overrun their deadline (a little grace lets a handler's
@@ -273,11 +310,18 @@ final class ServerCore: Sendable {
         _ = state.withLock { $0.connections.removeValue(forKey: ObjectIdentifier(timer)) }
     }
 
-    func register(_ pending: PendingResponse) {
+    /// Reserves a suspension for a complete request; false once the server is closing.
+    func admit() -> Bool {
         state.withLock { state in
-            state.inFlight[ObjectIdentifier(pending)] = pending
+            guard !state.closing else { return false }
             state.suspended += 1
+            return true
         }
+    }
+
+    /// A suspended request whose handler is about to run (deadline watchdog, shutdown).
+    func register(_ pending: PendingResponse) {
+        state.withLock { $0.inFlight[ObjectIdentifier(pending)] = pending }
     }
 
     func completed(_ pending: PendingResponse) {

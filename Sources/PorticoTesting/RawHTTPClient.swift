@@ -36,6 +36,9 @@ public final class RawHTTPConnection: @unchecked Sendable {
         guard result == 0 else {
             let message = String(cString: strerror(errno))
             close(fd)
+            // deinit still runs (every property is set): a second close could hit a descriptor
+            // another thread has opened since, such as a NIO socket.
+            fd = -1
             throw Failure(description: "connect to \(host):\(port): \(message)")
         }
     }

@@ -297,6 +297,43 @@ struct HTTPServerTests {
         await stopped
     }
 
+    @Test("stop while requests keep arriving: each gets a whole answer (200, or 503 once closing), and nothing aborts")
+    func stopUnderLoad() async throws {
+        // Before the fix, a request reaching a connection between the last suspension check and
+        // MHD_stop_daemon was suspended and libmicrohttpd aborted the process. The race needs a
+        // request to arrive as the server stops; a few rounds of fresh connections make it likely.
+        let ok: HTTPServer.Handler = { _ in ServerResponse(status: 200, body: Array("ok".utf8)) }
+        for _ in 0..<8 {
+            var configuration = ServerConfiguration()
+            configuration.threads = 2
+            let server = HTTPServer(configuration: configuration, handler: ok)
+            let port = Int(try server.start())
+            let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for _ in 0..<6 {
+                    group.addTask {
+                        var statuses: [Int] = []
+                        // Until a new connection is refused; each follows `Connection: close`.
+                        while let connection = try? RawHTTPConnection(port: port, timeout: .seconds(30)) {
+                            while (try? await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")) != nil {
+                                // nil: closed before a response began (a connection the listener never
+                                // handed over); a response cut short throws and fails the test.
+                                guard let response = try await connection.readResponse() else { break }
+                                statuses.append(response.status)
+                                if response.header("Connection")?.lowercased() == "close" { break }
+                            }
+                        }
+                        return statuses
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(50))
+                await server.stop(grace: .seconds(10))
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(statuses.contains(200))
+            #expect(statuses.allSatisfy { $0 == 200 || $0 == 503 }, "\(Set(statuses))")
+        }
+    }
+
     @Test("stop answers requests still running after the grace period with 503")
     func stopAfterGrace() async throws {
         let handler: HTTPServer.Handler = { _ in
