@@ -113,7 +113,7 @@ public final class ExternalServer: Sendable {
         let log = try FileHandle(forWritingTo: logURL)
         process.standardOutput = FileHandle.nullDevice
         process.standardError = log
-        try process.run()
+        try ChildProcess.launch(process)
         self.process = process
         self.port = port
         self.directory = directory

@@ -146,7 +146,7 @@ public struct TestCertificates: Sendable {
             process.standardOutput = FileHandle.nullDevice
             process.standardError = errors
             do {
-                try process.run()
+                try ChildProcess.launch(process)
             } catch {
                 throw Failure(description: "cannot run openssl: \(error)")
             }

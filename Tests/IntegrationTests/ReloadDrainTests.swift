@@ -100,7 +100,12 @@ struct ReloadDrainTests {
         for connection in connections {
             try await connection.send("GET /api/slow HTTP/1.1\r\nHost: x\r\n\r\n")
         }
-        try await Eventually.wait { gateway.server.inFlightRequests == 20 }
+        do {
+            try await Eventually.wait(timeout: .seconds(60)) { gateway.server.inFlightRequests == 20 }
+        } catch {
+            Issue.record("only \(gateway.server.inFlightRequests) of 20 requests in flight; upstream saw \(upstream.totalHits)")
+            throw error
+        }
         async let drained: Void = gateway.server.shutdown(drainDelay: .zero, grace: .seconds(60))
         try await Eventually.wait { gateway.server.isDraining }
         release.open()

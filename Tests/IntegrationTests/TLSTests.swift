@@ -289,7 +289,7 @@ enum Curl {
         _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: outURL)
         process.standardError = try FileHandle(forWritingTo: errURL)
-        try process.run()
+        try ChildProcess.launch(process)
         let deadline = ContinuousClock.now.advanced(by: .seconds(60))
         while process.isRunning && ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
