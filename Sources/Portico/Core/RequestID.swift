@@ -20,12 +20,14 @@ public enum RequestID {
         let words = (generator.next() as UInt64, generator.next() as UInt64)
         // Written straight into the string's storage: this runs once per request.
         return String(unsafeUninitializedCapacity: 32) { buffer in
-            for (offset, word) in [words.0, words.1].enumerated() {
+            func write(_ word: UInt64, at start: Int) {
                 for nibble in 0..<16 {
                     let value = UInt8(truncatingIfNeeded: word >> (60 - 4 * UInt64(nibble))) & 0x0F
-                    buffer[offset * 16 + nibble] = value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+                    buffer[start + nibble] = value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
                 }
             }
+            write(words.0, at: 0)
+            write(words.1, at: 16)
             return 32
         }
     }
