@@ -8,7 +8,7 @@ import Glibc
 /// so Portico is not only ever tested against itself.
 public final class ExternalServer: Sendable {
     public let port: Int
-    private let process: Process
+    private let process: ChildProcess
     public let directory: URL
 
     public struct Failure: Error, CustomStringConvertible {
@@ -17,16 +17,7 @@ public final class ExternalServer: Sendable {
 
     /// Whether `name` is on PATH (or in /usr/sbin for nginx).
     public static func available(_ name: String) -> Bool {
-        locate(name) != nil
-    }
-
-    static func locate(_ name: String) -> String? {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        for directory in path.split(separator: ":") + ["/usr/local/bin", "/usr/bin", "/usr/sbin", "/sbin"] {
-            let candidate = "\(directory)/\(name)"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        return nil
+        ChildProcess.locate(name) != nil
     }
 
     /// A port that was free a moment ago (the kernel's choice for port 0).
@@ -52,7 +43,7 @@ public final class ExternalServer: Sendable {
         for (name, contents) in files {
             try Data(contents).write(to: directory.appendingPathComponent(name))
         }
-        let python = locate("python3") ?? "/usr/bin/python3"
+        let python = ChildProcess.locate("python3") ?? "/usr/bin/python3"
         return try await retryingPorts { port in
             try await ExternalServer(executable: python, arguments: ["-m", "http.server", String(port), "--bind", "127.0.0.1",
                                                                     "--directory", directory.path],
@@ -63,7 +54,7 @@ public final class ExternalServer: Sendable {
     /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port).
     public static func nginx(serverBlock: String) async throws -> ExternalServer {
         let directory = try temporaryDirectory()
-        guard let nginx = locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
+        guard let nginx = ChildProcess.locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
         return try await retryingPorts { port in
             try nginxConfig(serverBlock: serverBlock, port: port, directory: directory)
                 .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
@@ -105,15 +96,8 @@ public final class ExternalServer: Sendable {
     }
 
     private init(executable: String, arguments: [String], port: Int, directory: URL) async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let logURL = directory.appendingPathComponent("stderr.log")
-        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logURL)
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = log
-        try ChildProcess.launch(process)
+        let logPath = directory.appendingPathComponent("stderr.log").path
+        let process = try ChildProcess(executable: executable, arguments: arguments, standardError: .file(logPath))
         self.process = process
         self.port = port
         self.directory = directory
@@ -124,22 +108,21 @@ public final class ExternalServer: Sendable {
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        process.terminate()
-        let output = (try? String(contentsOf: logURL, encoding: .utf8)) ?? ""
+        await process.terminate()
+        let output = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
         let errorLog = (try? String(contentsOf: directory.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
         throw Failure(description: "\(executable) did not start listening on 127.0.0.1:\(port): \(output)\(errorLog)")
     }
 
-    /// Stops the child. `Process.waitUntilExit` spins a run loop on Linux and can hang inside
-    /// Swift concurrency, so this polls with a deadline and kills as a last resort.
+    /// Stops the child without waiting for it (usable from `defer`): SIGTERM now; a task reaps
+    /// it, with SIGKILL as a last resort, and removes its directory.
     public func stop() {
-        if process.isRunning {
-            process.terminate()
-            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
-            while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        let process = process, directory = directory
+        process.signal(SIGTERM)
+        Task.detached {
+            await process.terminate()
+            try? FileManager.default.removeItem(at: directory)
         }
-        try? FileManager.default.removeItem(at: directory)
     }
 
     static func temporaryDirectory() throws -> URL {

@@ -132,33 +132,27 @@ public struct TestCertificates: Sendable {
             return pair
         }
 
-        /// Runs `openssl`; polls for its exit (`waitUntilExit` can hang inside Swift concurrency).
+        /// Runs `openssl` (this runs on its own thread, so waiting for it blocks nothing else).
         func run(_ arguments: [String]) throws(Failure) {
-            let process = Process()
-            let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-            guard let executable = path.split(separator: ":").map({ "\($0)/openssl" })
-                .first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            guard let executable = ChildProcess.locate("openssl") else {
                 throw Failure(description: "openssl is not installed (scripts/test installs it)")
             }
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-            let errors = Pipe()
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = errors
+            let errors = path("openssl-\(UUID().uuidString).err")
+            defer { unlink(errors) }
+            let process: ChildProcess
             do {
-                try ChildProcess.launch(process)
+                process = try ChildProcess(executable: executable, arguments: arguments, standardError: .file(errors))
             } catch {
                 throw Failure(description: "cannot run openssl: \(error)")
             }
-            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-            while process.isRunning && ContinuousClock.now < deadline { usleep(5_000) }
-            if process.isRunning {
-                process.terminate()
+            guard let status = process.waitForExitOnThisThread(timeout: .seconds(60)) else {
+                process.signal(SIGKILL)
+                _ = process.waitForExitOnThisThread(timeout: .seconds(10))
                 throw Failure(description: "openssl \(arguments.first ?? "") did not finish within 60 s")
             }
-            guard process.terminationStatus == 0 else {
-                let output = String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self)
-                throw Failure(description: "openssl \(arguments.joined(separator: " ")) failed: \(output)")
+            guard status == 0 else {
+                let output = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+                throw Failure(description: "openssl \(arguments.joined(separator: " ")) exited \(status): \(output)")
             }
         }
     }

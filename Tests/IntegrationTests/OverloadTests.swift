@@ -10,7 +10,11 @@ struct OverloadTests {
     static func config(upstream: TestUpstream, listenCap: Int, routeCap: Int?) -> PorticoConfig {
         var config = PorticoConfig()
         config.listen.maxInFlight = listenCap
-        config.upstreams = ["up": UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)]
+        // Held requests wait for the test, however slowly a loaded machine runs it.
+        config.listen.requestTimeout = .seconds(300)
+        var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
+        settings.timeout = .seconds(300)
+        config.upstreams = ["up": settings]
         config.routes = [
             RouteConfig(name: "held", match: .init(pathPrefix: "/held"), upstream: "up", maxInFlight: routeCap),
             RouteConfig(name: "other", match: .init(pathPrefix: "/other"), upstream: "up"),

@@ -268,8 +268,7 @@ struct TLSTests {
     }
 }
 
-/// Runs `curl` (installed by scripts/test) and collects its output; polls for the exit, as
-/// `waitUntilExit` can hang inside Swift concurrency on Linux.
+/// Runs `curl` (installed by scripts/test) and collects its output.
 enum Curl {
     struct Result {
         var status: Int32
@@ -278,25 +277,20 @@ enum Curl {
     }
 
     static func run(_ arguments: [String]) async throws -> Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        process.arguments = ["--max-time", "30"] + arguments
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("portico-curl-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let outURL = directory.appendingPathComponent("out"), errURL = directory.appendingPathComponent("err")
-        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
-        process.standardOutput = try FileHandle(forWritingTo: outURL)
-        process.standardError = try FileHandle(forWritingTo: errURL)
-        try ChildProcess.launch(process)
-        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-        while process.isRunning && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
+        let outPath = directory.appendingPathComponent("out").path, errPath = directory.appendingPathComponent("err").path
+        let process = try ChildProcess(executable: ChildProcess.locate("curl") ?? "/usr/bin/curl",
+                                       arguments: ["--max-time", "30"] + arguments,
+                                       standardOutput: .file(outPath), standardError: .file(errPath))
+        var status = await process.waitForExit(timeout: .seconds(60))
+        if status == nil {
+            await process.terminate()
+            status = process.exitStatus
         }
-        if process.isRunning { process.terminate() }
-        return Result(status: process.terminationStatus,
-                      output: (try? String(contentsOf: outURL, encoding: .utf8)) ?? "",
-                      errors: (try? String(contentsOf: errURL, encoding: .utf8)) ?? "")
+        return Result(status: status ?? -1,
+                      output: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+                      errors: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
     }
 }
