@@ -12,6 +12,7 @@ struct OverloadTests {
         config.listen.maxInFlight = listenCap
         // Held requests wait for the test, however slowly a loaded machine runs it.
         config.listen.requestTimeout = .seconds(300)
+        config.listen.headerTimeout = .seconds(300)
         var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
         settings.timeout = .seconds(300)
         config.upstreams = ["up": settings]
@@ -38,9 +39,11 @@ struct OverloadTests {
         let release = AsyncGate()
         let upstream = try await Self.holdingUpstream(release)
         let gateway = try TestGateway(Self.config(upstream: upstream, listenCap: 0, routeCap: 2))
-        let held = try (0..<2).map { _ in try gateway.connect() }
-        for connection in held {
+        var held: [RawHTTPConnection] = []
+        for _ in 0..<2 {
+            let connection = try gateway.connect()
             try await connection.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+            held.append(connection)
         }
         try await Eventually.wait { gateway.server.inFlightRequests == 2 }
 
@@ -67,9 +70,11 @@ struct OverloadTests {
         let release = AsyncGate()
         let upstream = try await Self.holdingUpstream(release)
         let gateway = try TestGateway(Self.config(upstream: upstream, listenCap: 3, routeCap: nil))
-        let held = try (0..<3).map { _ in try gateway.connect() }
-        for connection in held {
+        var held: [RawHTTPConnection] = []
+        for _ in 0..<3 {
+            let connection = try gateway.connect()
             try await connection.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+            held.append(connection)
         }
         try await Eventually.wait { gateway.server.inFlightRequests == 3 }
         let refused = try await gateway.request("GET", "/other")

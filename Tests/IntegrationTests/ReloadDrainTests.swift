@@ -11,6 +11,8 @@ struct ReloadDrainTests {
     static func config(upstream: TestUpstream, variant: Int) -> PorticoConfig {
         var config = PorticoConfig()
         config.listen.requestTimeout = .seconds(300)
+        // A loaded machine may take seconds between opening a held connection and sending on it.
+        config.listen.headerTimeout = .seconds(300)
         var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
         settings.transport = variant % 2 == 0 ? .nio : .urlsession
         settings.connectTimeout = .seconds(30)
@@ -96,9 +98,11 @@ struct ReloadDrainTests {
         }
         try await upstream.start()
         let gateway = try TestGateway(Self.config(upstream: upstream, variant: 0))
-        let connections = try (0..<20).map { _ in try gateway.connect() }
-        for connection in connections {
+        var connections: [RawHTTPConnection] = []
+        for _ in 0..<20 {
+            let connection = try gateway.connect()
             try await connection.send("GET /api/slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            connections.append(connection)
         }
         do {
             try await Eventually.wait(timeout: .seconds(60)) { gateway.server.inFlightRequests == 20 }

@@ -23,6 +23,10 @@ struct TLSTests {
         var settings = UpstreamConfig(name: "billing", url: url)
         settings.transport = transport
         settings.tls = tls
+        // Debug-built BoringSSL handshakes slowly on a loaded machine: deadlines far above that.
+        settings.connectTimeout = .seconds(30)
+        settings.timeout = .seconds(60)
+        config.listen.requestTimeout = .seconds(90)
         config.upstreams = ["billing": settings]
         config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "billing", stripPrefix: true)]
         return try TestGateway(config, logger: logger)
@@ -181,7 +185,9 @@ struct TLSTests {
         oauth.transport = transport
         oauth.tls = tls
         var config = PorticoConfig()
-        config.credentials["idp"] = CredentialConfig(kind: .oauth2ClientCredentials(oauth))
+        var credential = CredentialConfig(kind: .oauth2ClientCredentials(oauth))
+        credential.timeout = .seconds(30)
+        config.credentials["idp"] = credential
         config.middleware["auth"] = .auth(AuthConfig(credential: "idp"))
         config.upstreams["app"] = UpstreamConfig(name: "app", url: URL(string: "http://127.0.0.1:\(upstreamPort)")!)
         config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "app", middleware: ["auth"])]
