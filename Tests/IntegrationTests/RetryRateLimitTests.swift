@@ -131,11 +131,9 @@ struct RetryRateLimitTests {
 
     @Test("a dead upstream: the budget stops retries from multiplying the load")
     func budgetUnderDeadUpstream() async throws {
-        // A port nothing listens on: start an upstream, note its port, stop it.
-        let gone = TestUpstream()
-        try await gone.start()
+        let gone = try RefusingPort()
         let deadPort = gone.port
-        await gone.shutdown()
+        defer { withExtendedLifetime(gone) {} }
 
         let upstream = TestUpstream()   // unused; keeps withGateway's shape
         let log = AccessLogCapture()

@@ -121,11 +121,13 @@ public final class CredentialStore: Sendable {
         case .basic(let username, let password):
             return BasicAuthProvider(name: name, username: username, password: password)
         case .oauth2ClientCredentials(let oauth):
+            let tokenOptions = tokenOptions.backingOff(base: config.backoffBase, cap: config.backoffCap)
             let client = TokenEndpointClient(config: oauth, grant: .clientCredentials, timeout: config.timeout)
             return OAuth2CredentialProvider(manager: TokenManager(
                 name: name, source: client, clock: clock, refreshBeforeExpiry: config.refreshBeforeExpiry,
                 defaultLifetime: config.defaultLifetime, timeout: config.timeout, options: tokenOptions, logger: logger))
         case .oauth2RefreshToken(let oauth, let refreshToken):
+            let tokenOptions = tokenOptions.backingOff(base: config.backoffBase, cap: config.backoffCap)
             let client = TokenEndpointClient(config: oauth, grant: .refreshToken, timeout: config.timeout)
             return OAuth2CredentialProvider(manager: TokenManager(
                 name: name, source: client, clock: clock, refreshBeforeExpiry: config.refreshBeforeExpiry,

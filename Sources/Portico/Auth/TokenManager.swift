@@ -60,6 +60,14 @@ public actor TokenManager {
         public var proactiveRefresh = true
 
         public init() {}
+
+        /// These options with a credential's configured backoff.
+        func backingOff(base: Duration, cap: Duration) -> Options {
+            var options = self
+            options.backoffBase = base
+            options.backoffCap = cap
+            return options
+        }
     }
 
     /// What the manager knows right now (tests, diagnostics). Holds no secret.

@@ -7,7 +7,7 @@ extension CredentialConfig {
             return nil  // keys depend on the type: checking them would only add noise
         }
         let kind: Kind?
-        var extras: (refreshBeforeExpiry: Duration?, defaultLifetime: Duration?, timeout: Duration?) = (nil, nil, nil)
+        var extras = TokenTiming()
         switch type {
         case "static":
             kind = parseStatic(m)
@@ -33,6 +33,13 @@ extension CredentialConfig {
         if let value = extras.refreshBeforeExpiry { c.refreshBeforeExpiry = value }
         if let value = extras.defaultLifetime { c.defaultLifetime = value }
         if let value = extras.timeout { c.timeout = value }
+        if let value = extras.backoffBase { c.backoffBase = value }
+        if let value = extras.backoffCap { c.backoffCap = value }
+        if c.backoffCap < c.backoffBase {
+            let culprit = extras.backoffCap != nil ? m.value("backoff_cap") : m.value("backoff_base")
+            culprit?.error("backoff_cap must not be below backoff_base")
+            return nil
+        }
         return c
     }
 
@@ -61,13 +68,22 @@ extension CredentialConfig {
         return .basic(username: username, password: password)
     }
 
+    struct TokenTiming {
+        var refreshBeforeExpiry: Duration?
+        var defaultLifetime: Duration?
+        var timeout: Duration?
+        var backoffBase: Duration?
+        var backoffCap: Duration?
+    }
+
     /// Token timing keys, only meaningful (and only accepted) for the OAuth2 kinds.
-    private static func parseTokenTiming(_ m: ConfigMapping)
-        -> (refreshBeforeExpiry: Duration?, defaultLifetime: Duration?, timeout: Duration?) {
-        var result: (refreshBeforeExpiry: Duration?, defaultLifetime: Duration?, timeout: Duration?) = (nil, nil, nil)
+    private static func parseTokenTiming(_ m: ConfigMapping) -> TokenTiming {
+        var result = TokenTiming()
         m.read("refresh_before_expiry", into: &result.refreshBeforeExpiry) { $0.duration() }
         m.read("default_lifetime", into: &result.defaultLifetime) { $0.duration(positive: true) }
         m.read("timeout", into: &result.timeout) { $0.duration(positive: true) }
+        m.read("backoff_base", into: &result.backoffBase) { $0.duration(positive: true) }
+        m.read("backoff_cap", into: &result.backoffCap) { $0.duration(positive: true) }
         return result
     }
 }

@@ -222,6 +222,10 @@ public struct CredentialConfig: Sendable, Equatable {
     public var defaultLifetime: Duration = .seconds(300)
     /// Timeout of one call to the token endpoint.
     public var timeout: Duration = .seconds(10)
+    /// Backoff between failed token refreshes while the IdP is down: the nth failure waits a
+    /// random part (full jitter) of `min(backoffCap, backoffBase·2ⁿ⁻¹)`.
+    public var backoffBase: Duration = .milliseconds(500)
+    public var backoffCap: Duration = .seconds(30)
 
     public init(kind: Kind) {
         self.kind = kind

@@ -296,17 +296,15 @@ import Testing
 
     @Test(arguments: transports)
     func upstreamDownIsBadGateway(transport: Transport) async throws {
-        let closed = TestUpstream()
-        try await closed.start()
-        let port = closed.port
-        await closed.shutdown()
-        var config = UpstreamConfig(name: "down", url: URL(string: "http://127.0.0.1:\(port)/api")!)
+        let closed = try RefusingPort()
+        var config = UpstreamConfig(name: "down", url: URL(string: "http://127.0.0.1:\(closed.port)/api")!)
         config.transport = transport
         let client = makeUpstreamClient(config, logger: Fixture.logger)
         let (error, elapsed) = await Fixture.expectGatewayError {
             try await client.send(Fixture.request(.get, "/x"), context: Fixture.context())
         }
         await client.shutdown()
+        withExtendedLifetime(closed) {}
         #expect(error?.status == .badGateway)
         #expect(error?.code == "upstream_unavailable")
         #expect(elapsed < .seconds(30))  // not the 60 s upstream timeout; generous for loaded machines
