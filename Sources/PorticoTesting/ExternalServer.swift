@@ -20,21 +20,9 @@ public final class ExternalServer: Sendable {
         ChildProcess.locate(name) != nil
     }
 
-    /// A port that was free a moment ago (the kernel's choice for port 0).
+    /// A port that was free a moment ago (the kernel's choice for port 0; released at once).
     public static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard ok else { throw Failure(description: "no free port: \(String(cString: strerror(errno)))") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        try RefusingPort().port
     }
 
     /// Python's `http.server` serving `files` (name → contents) from a temporary directory.
