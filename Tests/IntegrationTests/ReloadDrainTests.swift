@@ -43,7 +43,8 @@ struct ReloadDrainTests {
             for worker in 0..<workers {
                 group.addTask {
                     var index = 0
-                    while !state.stop.load(ordering: .relaxed) {
+                    // A failing test leaves by throwing: cancellation must end the load too.
+                    while !state.stop.load(ordering: .relaxed) && !Task.isCancelled {
                         index += 1
                         let connection: RawHTTPConnection
                         do { connection = try gateway.connect() } catch { continue }  // refused: never sent, not lost
@@ -72,11 +73,13 @@ struct ReloadDrainTests {
         let gateway = try TestGateway(Self.config(upstream: upstream, variant: 0))
         let state = Load()
         async let loading: Void = Self.load(gateway, workers: 8, state: state)
+        // Declared after `loading`, so on a throw it runs before the implicit await of `loading`.
+        defer { state.stop.store(true, ordering: .relaxed) }
         for variant in 1...10 {
-            try await Eventually.wait { state.tally.withLock { $0.ok } >= variant * 20 }
+            try await Eventually.wait(timeout: .seconds(120)) { state.tally.withLock { $0.ok } >= variant * 20 }
             try gateway.server.reload(Self.config(upstream: upstream, variant: variant))
         }
-        try await Eventually.wait { state.tally.withLock { $0.ok } >= 240 }
+        try await Eventually.wait(timeout: .seconds(120)) { state.tally.withLock { $0.ok } >= 240 }
         state.stop.store(true, ordering: .relaxed)
         await loading
         let result = state.tally.withLock { $0 }
