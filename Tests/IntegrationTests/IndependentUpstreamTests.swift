@@ -18,8 +18,7 @@ struct IndependentUpstreamTests {
 
     @Test("files from Python's http.server arrive byte for byte, HEAD included", arguments: UpstreamConfig.Transport.allCases)
     func pythonFiles(transport: UpstreamConfig.Transport) async throws {
-        var generator = SystemRandomNumberGenerator()
-        let blob = (0..<300_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let blob = RandomBytes.make(300_000)
         let server = try await ExternalServer.pythonFileServer(files: ["blob.bin": blob, "hello.txt": Array("hello\n".utf8)])
         defer { server.stop() }
         let gateway = try Self.gateway(port: server.port, transport)

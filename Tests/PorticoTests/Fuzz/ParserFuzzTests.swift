@@ -64,14 +64,29 @@ struct ParserFuzzTests {
     static let scale = max(1, Int(environment["PORTICO_FUZZ_SCALE"] ?? "") ?? 1)
     static let seedOffset = UInt64(environment["PORTICO_FUZZ_SEED"] ?? "") ?? 0
 
-    static func inputs(_ examples: [String], count: Int, seed: UInt64) -> [String] {
+    static func inputs(_ examples: [String], count: Int, seed: UInt64) -> Yielding {
         var random = Seeded(state: seed &+ seedOffset &* 1_000_003)
-        return examples + (0..<count * scale).map { _ in mutate(examples, &random) }
+        return Yielding(base: (examples + (0..<count * scale).map { _ in mutate(examples, &random) }).makeIterator())
+    }
+
+    /// The inputs, pausing every few hundred so other tests get a turn: the suite runs in parallel
+    /// on Swift concurrency's few threads, and a loop that never suspends holds one for seconds.
+    struct Yielding: AsyncSequence, AsyncIteratorProtocol {
+        var base: IndexingIterator<[String]>
+        var taken = 0
+
+        mutating func next() async -> String? {
+            taken += 1
+            if taken % 256 == 0 { await Task.yield() }
+            return base.next()
+        }
+
+        func makeAsyncIterator() -> Yielding { self }
     }
 
     @Test("durations, sizes and rates: a value or a UnitError, never a crash; values are not negative")
-    func units() {
-        for input in Self.inputs(["250ms", "10s", "1.5s", "5m", "1h", "0", "512B", "64KiB", "10MiB", "1GB", "100/s", "5/m", "1000/h"],
+    func units() async {
+        for await input in Self.inputs(["250ms", "10s", "1.5s", "5m", "1h", "0", "512B", "64KiB", "10MiB", "1GB", "100/s", "5/m", "1000/h"],
                                  count: 20_000, seed: 1) {
             if let duration = try? ConfigUnits.duration(input) { #expect(duration >= .zero, "\(input.debugDescription)") }
             if let size = try? ConfigUnits.byteSize(input) { #expect(size >= 0, "\(input.debugDescription)") }
@@ -80,11 +95,11 @@ struct ParserFuzzTests {
     }
 
     @Test("Cache-Control and request directives never crash; ages are not negative")
-    func cacheControl() {
+    func cacheControl() async {
         let examples = ["max-age=60", "no-cache, no-store", "private=\"set-cookie, x\", s-maxage=10", "public, max-age=\"30\"",
                         "stale-while-revalidate=5, stale-if-error=60", "no-cache=\"a\\\"b\"", "must-revalidate, immutable, max-stale",
                         "min-fresh=10, only-if-cached", "max-age=9999999999999999999999"]
-        for input in Self.inputs(examples, count: 20_000, seed: 2) {
+        for await input in Self.inputs(examples, count: 20_000, seed: 2) {
             let parsed = CacheControl(parsing: input)
             _ = parsed
             var fields = HTTPFields()
@@ -100,29 +115,29 @@ struct ParserFuzzTests {
     }
 
     @Test("Accept-Encoding: q-values stay within 0...1000, never a crash")
-    func acceptEncoding() {
+    func acceptEncoding() async {
         let examples = ["gzip", "gzip;q=0.5, identity;q=0", "*;q=0.1", "br, gzip;q=1.000, deflate;q=0.001", "x-gzip", "identity;q=0",
                         "gzip; q=0 , *"]
-        for input in Self.inputs(examples, count: 20_000, seed: 3) {
+        for await input in Self.inputs(examples, count: 20_000, seed: 3) {
             _ = AcceptEncoding(fieldValues: [input, input])
             if let q = AcceptEncoding.qvalue(input) { #expect((0...1000).contains(q), "\(input.debugDescription)") }
         }
     }
 
     @Test("Retry-After: seconds or an HTTP date, never negative, never a crash")
-    func retryAfter() {
+    func retryAfter() async {
         let now = Date(timeIntervalSince1970: 1_800_000_000)
         let examples = ["120", "0", "Wed, 21 Oct 2026 07:28:00 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"]
-        for input in Self.inputs(examples, count: 20_000, seed: 4) {
+        for await input in Self.inputs(examples, count: 20_000, seed: 4) {
             if let delay = RetryAfter.delay(input, now: now) { #expect(delay >= .zero, "\(input.debugDescription)") }
             _ = HTTPDate.parse(input)
         }
     }
 
     @Test("Vary: normalised values and keys never crash")
-    func vary() {
+    func vary() async {
         let examples = ["Accept-Encoding", "accept-encoding, Accept-Language", "*", "Cookie,  X-A ,,", ""]
-        for input in Self.inputs(examples, count: 10_000, seed: 5) {
+        for await input in Self.inputs(examples, count: 10_000, seed: 5) {
             guard Self.isFieldValue(input) else { continue }
             var response = HTTPFields()
             response[HTTPField.Name("Vary")!] = input
@@ -133,11 +148,11 @@ struct ParserFuzzTests {
     }
 
     @Test("token responses: a token or a TokenEndpointError, never a crash")
-    func tokenResponses() {
+    func tokenResponses() async {
         let examples = [#"{"access_token":"a","token_type":"Bearer","expires_in":3600}"#,
                         #"{"access_token":"b","expires_in":"60","refresh_token":"r","scope":"x y"}"#,
                         #"{"error":"invalid_client","error_description":"no"}"#, "[]", "{}", "null"]
-        for input in Self.inputs(examples, count: 10_000, seed: 6) {
+        for await input in Self.inputs(examples, count: 10_000, seed: 6) {
             if let token = try? TokenEndpointClient.parse(Data(input.utf8)) {
                 #expect(!token.accessToken.isEmpty)
                 #expect(Self.isFieldValue(token.accessToken), "a token must be usable as a header value")
@@ -146,14 +161,14 @@ struct ParserFuzzTests {
     }
 
     @Test("configuration files: diagnostics or a config, never a crash")
-    func configFiles() {
+    func configFiles() async {
         let examples = [
             "listen: { port: 8080, max_body_bytes: 1MiB }\nroutes:\n  - name: a\n    match: { path: /a }\n    direct: { body: ok }\n",
             "upstreams:\n  u: { url: \"http://127.0.0.1:1\", timeout: 2s }\nroutes:\n  - { name: r, match: { path_prefix: / }, upstream: u }\n",
             "middleware:\n  l: { type: rate_limit, rate: 10/s, burst: 5 }\n  c: { type: cache, max_bytes: 1MiB }\n  g: { type: compress, level: 6 }\n",
             "credentials:\n  k: { type: static, header: X-Key, value: \"${X:-d}\" }\n",
         ]
-        for input in Self.inputs(examples, count: 1_500, seed: 7) {
+        for await input in Self.inputs(examples, count: 1_500, seed: 7) {
             _ = try? ConfigLoader.load(yaml: input, source: "fuzz.yaml", environment: ["X": "v"])
         }
     }

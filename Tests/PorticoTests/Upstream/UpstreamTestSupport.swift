@@ -56,18 +56,7 @@ enum Fixture {
     }
 
     static func randomBytes(_ count: Int) -> [UInt8] {
-        var generator = SystemRandomNumberGenerator()
-        var bytes = [UInt8](repeating: 0, count: count)
-        var index = 0
-        while index < count {
-            var word = generator.next() as UInt64
-            for _ in 0..<8 where index < count {
-                bytes[index] = UInt8(truncatingIfNeeded: word)
-                word >>= 8
-                index += 1
-            }
-        }
-        return bytes
+        RandomBytes.make(count)
     }
 
     /// Runs `operation` expecting a GatewayError; returns it and how long it took.
