@@ -10,6 +10,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "portico", targets: ["PorticoCommand"]),
+        // libFuzzer targets for Portico's parsers (scripts/libfuzz); a plain build replays inputs.
+        .executable(name: "portico-fuzz", targets: ["PorticoFuzz"]),
         .library(name: "Portico", targets: ["Portico"]),
         .library(name: "MicroHTTPD", targets: ["MicroHTTPD"]),
     ],
@@ -65,6 +67,11 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "PorticoFuzz",
+            dependencies: ["Portico", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict
         ),
         .target(

@@ -154,7 +154,7 @@ public final class TokenEndpointClient: Sendable {
     }
 
     /// Parses a successful token response (RFC 6749 §5.1).
-    static func parse(_ body: Data) throws(TokenEndpointError) -> TokenResponse {
+    package static func parse(_ body: Data) throws(TokenEndpointError) -> TokenResponse {
         let wire: WireResponse
         do {
             wire = try JSONDecoder().decode(WireResponse.self, from: body)

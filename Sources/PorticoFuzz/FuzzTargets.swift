@@ -1,0 +1,111 @@
+import Foundation
+import HTTPTypes
+import Portico
+
+/// One libFuzzer target per parser Portico owns. Each checks the promises its parser makes
+/// (no crash, no negative duration, q-values in range, tokens usable as header values) and
+/// traps when one is broken, which libFuzzer records as a crash with its input.
+enum FuzzTarget: String, CaseIterable, Sendable {
+    case units
+    case cacheControl = "cache-control"
+    case acceptEncoding = "accept-encoding"
+    case retryAfter = "retry-after"
+    case vary
+    case tokenResponse = "token-response"
+    case config
+
+    func run(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        switch self {
+        case .units:
+            if let duration = try? ConfigUnits.duration(text) { check(duration >= .zero, "negative duration", text) }
+            if let size = try? ConfigUnits.byteSize(text) { check(size >= 0, "negative size", text) }
+            if let rate = try? ConfigUnits.rate(text) { check(rate.count >= 0 && rate.per > .zero, "bad rate", text) }
+        case .cacheControl:
+            _ = CacheControl(parsing: text)
+            var fields = HTTPFields()
+            if Self.isFieldValue(text) {
+                fields[.cacheControl] = text
+                fields[HTTPField.Name("Pragma")!] = text
+                fields[HTTPField.Name("Age")!] = text
+                fields[HTTPField.Name("Expires")!] = text
+            }
+            _ = RequestDirectives(fields)
+            _ = ResponseFreshness(status: 200, headerFields: fields, requestTime: Date(timeIntervalSince1970: 1_000_000),
+                                  responseTime: Date(timeIntervalSince1970: 1_000_001))
+        case .acceptEncoding:
+            _ = AcceptEncoding(fieldValues: [text, text])
+            if let q = AcceptEncoding.qvalue(text) { check((0...1000).contains(q), "q-value out of range", text) }
+        case .retryAfter:
+            if let delay = RetryAfter.delay(text, now: Date(timeIntervalSince1970: 1_800_000_000)) {
+                check(delay >= .zero, "negative Retry-After", text)
+            }
+            _ = HTTPDate.parse(text)
+        case .vary:
+            guard Self.isFieldValue(text) else { return }
+            var response = HTTPFields()
+            response[HTTPField.Name("Vary")!] = text
+            var request = HTTPFields()
+            request[.acceptEncoding] = text
+            request[.acceptLanguage] = text
+            _ = VaryKey(response: response, request: request)
+        case .tokenResponse:
+            if let token = try? TokenEndpointClient.parse(Data(bytes)) {
+                check(!token.accessToken.isEmpty, "empty access token accepted", text)
+                check(Self.isFieldValue("\(token.tokenType) \(token.accessToken)"), "token not usable in a header", text)
+            }
+        case .config:
+            _ = try? ConfigLoader.load(yaml: text, source: "fuzz.yaml", environment: ["X": "v"])
+        }
+    }
+
+    /// What swift-http-types accepts as a field value (no CR, LF, NUL; no surrounding whitespace).
+    static func isFieldValue(_ text: String) -> Bool {
+        HTTPField.isValidValue(text) && text.first != " " && text.last != " " && text.first != "\t" && text.last != "\t"
+    }
+
+    private func check(_ condition: Bool, _ promise: String, _ input: String) {
+        if !condition { fatalError("\(rawValue): \(promise) for input \(input.debugDescription)") }
+    }
+}
+
+/// The targets to run, from `PORTICO_FUZZ_TARGET` (all of them when unset).
+let selectedTargets: [FuzzTarget] = {
+    guard let name = ProcessInfo.processInfo.environment["PORTICO_FUZZ_TARGET"] else { return FuzzTarget.allCases }
+    guard let target = FuzzTarget(rawValue: name) else {
+        fatalError("unknown PORTICO_FUZZ_TARGET \(name); one of \(FuzzTarget.allCases.map(\.rawValue))")
+    }
+    return [target]
+}()
+
+/// libFuzzer's entry point.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    for target in selectedTargets { target.run(bytes) }
+    return 0
+}
+
+#if !PORTICO_LIBFUZZER
+/// Without libFuzzer (a normal build), replays inputs: `portico-fuzz FILE...` runs every
+/// selected target over each file, e.g. a crash libFuzzer saved, to reproduce it in a debugger.
+@main
+struct Replay {
+    static func main() {
+        let files = CommandLine.arguments.dropFirst()
+        guard !files.isEmpty else {
+            print("usage: [PORTICO_FUZZ_TARGET=name] portico-fuzz FILE...  (targets: \(FuzzTarget.allCases.map(\.rawValue).joined(separator: ", ")))")
+            print("scripts/libfuzz builds this target with libFuzzer and runs it.")
+            exit(2)
+        }
+        for file in files {
+            guard let data = FileManager.default.contents(atPath: file) else {
+                print("cannot read \(file)")
+                exit(1)
+            }
+            _ = Array(data).withUnsafeBufferPointer { fuzzOneInput($0.baseAddress, $0.count) }
+            print("\(file): no crash, every promise kept")
+        }
+    }
+}
+#endif
