@@ -86,7 +86,26 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     return 0
 }
 
-#if !PORTICO_LIBFUZZER
+#if PORTICO_LIBFUZZER
+/// SwiftPM links an executable through its module's own entry point, so libFuzzer's `main` is not
+/// used: this one hands control to libFuzzer's driver (looked up by name, as Swift cannot import
+/// the declaration from libFuzzer's header).
+@main
+struct LibFuzzer {
+    typealias Driver = @convention(c) (UnsafeMutablePointer<CInt>,
+                                       UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+                                       @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt
+
+    static func main() {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "LLVMFuzzerRunDriver") else {
+            fatalError("not linked with libFuzzer: build with -sanitize=fuzzer (scripts/libfuzz does)")
+        }
+        var argc = CommandLine.argc
+        var argv = CommandLine.unsafeArgv
+        exit(unsafeBitCast(symbol, to: Driver.self)(&argc, &argv, fuzzOneInput))
+    }
+}
+#else
 /// Without libFuzzer (a normal build), replays inputs: `portico-fuzz FILE...` runs every
 /// selected target over each file, e.g. a crash libFuzzer saved, to reproduce it in a debugger.
 @main
