@@ -34,8 +34,43 @@ PING = b"GET /ping HTTP/1.1\r\nHost: floods\r\n\r\n"
 
 # ---- the gateway, seen from outside ---------------------------------------------------------
 
+UPSTREAM_PORT = None  # set from --upstream-port
+
+
+def upstream_sockets(pid):
+    """The gateway's descriptors for connections to the upstream (its pool keeps them open)."""
+    if UPSTREAM_PORT is None:
+        return 0
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{name}") as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if int(fields[2].rsplit(":", 1)[1], 16) == UPSTREAM_PORT:
+                        inodes.add(fields[9])
+        except OSError:
+            pass
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            count += 1
+    return count
+
+
 def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def client_fds(pid):
+    """Open descriptors, not counting pooled upstream connections (bounded by max_connections,
+    kept open by design): what clients can make the gateway hold."""
+    return fds(pid) - upstream_sockets(pid)
 
 
 def rss_kib(pid):
@@ -52,11 +87,11 @@ def in_flight(admin_port):
     return float(m.group(1)) if m else None
 
 
-def settle(pid, target, tolerance, timeout):
+def settle(pid, target, tolerance, timeout, count=fds):
     """Waits until the descriptor count is within `tolerance` of `target`; returns (count, seconds)."""
     start = time.monotonic()
     while True:
-        n = fds(pid)
+        n = count(pid)
         if n <= target + tolerance or time.monotonic() - start > timeout:
             return n, time.monotonic() - start
         time.sleep(0.1)
@@ -318,8 +353,8 @@ def scenario_flood(a, out, fail):
 
 
 def scenario_midway(a, out, fail):
-    base_fds, base_rss = fds(a.pid), rss_kib(a.pid)
-    out["fds before"] = base_fds
+    base_fds, base_rss = client_fds(a.pid), rss_kib(a.pid)
+    out["fds before (not counting pooled upstream connections)"] = base_fds
     out["RSS before"] = f"{base_rss / 1024:.1f} MiB"
     n = a.midway
     lines = []
@@ -329,7 +364,7 @@ def scenario_midway(a, out, fail):
             s = socket.create_connection(("127.0.0.1", a.port), timeout=10)
             s.sendall(b"POST /up/ok HTTP/1.1\r\nHost: midway\r\nContent-Le")
             rst_close(s) if i % 2 else s.close()
-        f1, _ = settle(a.pid, base_fds, a.fd_tolerance, 30)
+        f1, _ = settle(a.pid, base_fds, a.fd_tolerance, 30, client_fds)
         lines.append(f"{n} half heads then close/RST: after **{f1} fds**")
         # 2. a body cut short: Content-Length 100000, 1000 bytes sent.
         socks = []
@@ -340,7 +375,7 @@ def scenario_midway(a, out, fail):
         time.sleep(0.2)  # the bodies' first bytes reach the gateway before the clients go
         for i, s in enumerate(socks):
             rst_close(s) if i % 2 else s.close()
-        f2, _ = settle(a.pid, base_fds, a.fd_tolerance, 30)
+        f2, _ = settle(a.pid, base_fds, a.fd_tolerance, 30, client_fds)
         lines.append(f"{n} bodies cut short (1000 of 100000 bytes) then close/RST: after **{f2} fds**")
         # 3. whole requests to the slow route, the client gone before the answer.
         socks = []
@@ -360,7 +395,7 @@ def scenario_midway(a, out, fail):
             time.sleep(0.1)
         zero_after = time.monotonic() - start
         final_in_flight = in_flight(a.admin_port)
-        f3, _ = settle(a.pid, base_fds, a.fd_tolerance, 30)
+        f3, _ = settle(a.pid, base_fds, a.fd_tolerance, 30, client_fds)
         lines.append(f"{n} requests to /up/slow?ms={a.slow_ms}, closed (half FIN, half RST) while in flight "
                      f"(peak portico_in_flight_requests {peak_in_flight:.0f}): in flight back to "
                      f"**{final_in_flight:.0f}** {zero_after:.1f} s after the clients left; after **{f3} fds**")
@@ -372,6 +407,7 @@ def scenario_midway(a, out, fail):
             if f > base_fds + a.fd_tolerance:
                 fail(f"{label}: {f} descriptors after, baseline {base_fds} (+{a.fd_tolerance})")
     out["steps"] = "<br>".join(lines)
+    out["pooled upstream connections after (not counted above; max_connections 512)"] = upstream_sockets(a.pid)
     out["RSS after"] = f"{rss_kib(a.pid) / 1024:.1f} MiB"
     return watch
 
@@ -475,7 +511,10 @@ def main():
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--extra", type=int, default=50)
     p.add_argument("--fd-tolerance", type=int, default=4)
+    p.add_argument("--upstream-port", type=int)
     a = p.parse_args()
+    global UPSTREAM_PORT
+    UPSTREAM_PORT = a.upstream_port
     out, failures = {}, []
     watch = globals()[f"scenario_{a.scenario}"](a, out, failures.append)
     summary = watch.summary()
