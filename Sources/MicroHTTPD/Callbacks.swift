@@ -30,9 +30,16 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
             }
         } ?? ""
         let core = server(cls)
-        let timer = ConnectionTimer(socket: connection.map { portico_mhd_connection_fd($0) } ?? -1,
-                                    deadline: .now + core.configuration.headerTimeout)
-        core.opened(timer)
+        let socket = connection.map { portico_mhd_connection_fd($0) } ?? -1
+        let timer = ConnectionTimer(deadline: .now + core.configuration.headerTimeout)
+        guard core.opened(timer) else {
+            // Past connection_limit. Without a context every callback turns the connection
+            // away; shutting the socket down (ours to touch: we are on its thread, before
+            // libmicrohttpd's first read) makes libmicrohttpd close it on that read.
+            if socket >= 0 { _ = Glibc.shutdown(socket, Int32(SHUT_RDWR)) }
+            return
+        }
+        timer.watch(socket)
         socketContext.pointee = Unmanaged.passRetained(ConnectionContext(clientAddress: client, timer: timer)).toOpaque()
     case portico_notify_closed:
         guard let raw = socketContext.pointee else { return }
@@ -72,7 +79,7 @@ let mhdLogSink: portico_log_sink = { cls, message in
     guard let message else { return }
     var text = String(cString: message)
     while text.last == "\n" { text.removeLast() }
-    server(cls).log(text)
+    server(cls).libraryLog(text)
 }
 
 let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, _ in

@@ -53,22 +53,35 @@ final class ConnectionTimer: Sendable {
         var deadline: ContinuousClock.Instant?
         var phase: Phase = .head
         var closed = false
+        /// Our own duplicate of the connection's descriptor (or -1), closed when the connection
+        /// closes. Shutting it down shuts the socket down for libmicrohttpd too, and since the
+        /// number is ours until we close it, it can never name another socket the process opened since.
+        var socket: Int32 = -1
     }
 
-    /// Our own duplicate of the connection's descriptor (or -1), closed when the connection
-    /// closes. Shutting it down shuts the socket down for libmicrohttpd too, and since the number
-    /// is ours until we close it, it can never name another socket the process opened since.
-    private let socket: Int32
     private let state: Mutex<State>
 
-    init(socket: Int32, deadline: ContinuousClock.Instant) {
-        self.socket = socket >= 0 ? dup(socket) : -1
+    init(deadline: ContinuousClock.Instant) {
         self.state = Mutex(State(deadline: deadline))
     }
 
     deinit {
         state.withLock { state in
-            if !state.closed && socket >= 0 { close(socket) }
+            if !state.closed && state.socket >= 0 { close(state.socket) }
+        }
+    }
+
+    /// Takes a duplicate of the connection's descriptor, for `expire` to shut down. Called once,
+    /// when the connection is admitted (a refused one never costs a second descriptor).
+    func watch(_ socket: Int32) {
+        guard socket >= 0 else { return }
+        let duplicate = dup(socket)
+        state.withLock { state in
+            if state.closed {
+                if duplicate >= 0 { close(duplicate) }
+            } else {
+                state.socket = duplicate
+            }
         }
     }
 
@@ -95,17 +108,17 @@ final class ConnectionTimer: Sendable {
             guard !state.closed else { return }
             state.closed = true
             state.deadline = nil
-            if socket >= 0 { close(socket) }
+            if state.socket >= 0 { close(state.socket) }
         }
     }
 
     /// Shuts the socket down when its deadline has passed; returns the phase it was in.
     func expire(now: ContinuousClock.Instant) -> Phase? {
         state.withLock { state -> Phase? in
-            guard !state.closed, let deadline = state.deadline, now >= deadline, socket >= 0 else { return nil }
+            guard !state.closed, let deadline = state.deadline, now >= deadline, state.socket >= 0 else { return nil }
             state.deadline = nil
             // libmicrohttpd sees the socket fail on its next read or write and closes the connection.
-            _ = Glibc.shutdown(socket, Int32(SHUT_RDWR))
+            _ = Glibc.shutdown(state.socket, Int32(SHUT_RDWR))
             return state.phase
         }
     }

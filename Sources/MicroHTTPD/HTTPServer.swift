@@ -59,8 +59,12 @@ final class ServerCore: Sendable {
         var stopped = false
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
-        /// Every open connection's timer, for the watchdog.
+        /// Every open connection's timer, for the watchdog; its count is what `connectionLimit` limits.
         var connections: [ObjectIdentifier: ConnectionTimer] = [:]
+        /// Connections refused past `connectionLimit` since the watchdog last logged them.
+        var refusedSinceLog = 0
+        /// libmicrohttpd's messages about clients that left mid-exchange, since the watchdog last logged them.
+        var departuresSinceLog = 0
         /// Connections suspended or resumed but not yet answered: `MHD_stop_daemon` aborts on them.
         var suspended = 0
         /// Set by `stop` once in-flight requests are done (or out of grace): requests completed
@@ -71,6 +75,8 @@ final class ServerCore: Sendable {
     let configuration: ServerConfiguration
     let handler: HTTPServer.Handler
     let state = Mutex(State())
+    /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its poll loop).
+    static let refusalHeadroom = 1024
 
     init(configuration: ServerConfiguration, handler: @escaping HTTPServer.Handler) {
         self.configuration = configuration
@@ -100,6 +106,7 @@ final class ServerCore: Sendable {
             throw .invalidAddress(configuration.address)
         }
         let isIPv6 = storage.ss_family == sa_family_t(AF_INET6)
+        ensureDescriptorLimit()
 
         // poll(), not epoll: with epoll and internal threads, MHD_quiesce_daemon (the graceful
         // stop) races the workers' own removal of the listen socket from their epoll sets and
@@ -132,7 +139,12 @@ final class ServerCore: Sendable {
                 c.port = configuration.port
                 c.bind_address = address
                 c.thread_pool_size = UInt32(max(1, configuration.threads))
-                c.connection_limit = UInt32(clamping: max(1, configuration.connectionLimit))
+                // The limit is enforced by `opened`, which closes a connection past it at once.
+                // libmicrohttpd's own limit (split evenly over its threads) only stops its threads
+                // accepting, leaving new connections queued in the backlog, unanswered: every
+                // thread gets room for all the allowed connections and the refused ones closing.
+                let perThread = max(1, configuration.connectionLimit) + Self.refusalHeadroom
+                c.connection_limit = UInt32(clamping: perThread * max(1, configuration.threads))
                 c.connection_timeout_seconds = UInt32(clamping: configuration.idleTimeout.components.seconds)
                 // The head must fit libmicrohttpd's per-connection pool along with read and write buffers.
                 c.connection_memory_limit = max(64 * 1024, configuration.maxHeaderBytes * 2 + 16 * 1024)
@@ -242,6 +254,27 @@ final class ServerCore: Sendable {
         daemon.tls?.release()
     }
 
+    /// Raises the soft descriptor limit (up to the hard one) to what the connection limit needs,
+    /// and says so when even the hard limit is short: out of descriptors, libmicrohttpd stops
+    /// accepting and new connections wait in the backlog instead of being served or refused.
+    private func ensureDescriptorLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0 else { return }
+        // Two per connection (see ConnectionTimer), and room for upstream connections and files.
+        let wanted = rlim_t(clamping: 2 * max(1, configuration.connectionLimit) + 1024)
+        if limit.rlim_cur < wanted && limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = min(wanted, limit.rlim_max)
+            if setrlimit(resource, &raised) == 0 { limit = raised }
+        }
+        if limit.rlim_cur < wanted {
+            log("a connection limit of \(configuration.connectionLimit) needs about \(wanted) file descriptors "
+                + "(two per connection, and upstream connections); the process may open \(limit.rlim_cur): "
+                + "raise its limit (LimitNOFILE) or lower the connection limit")
+        }
+    }
+
     /// Accepts the connections waiting in the listen queue and gives them to the quiesced
     /// daemon, which serves them like the others (it closes a socket it cannot take).
     private static func handOverQueuedConnections(_ listenFD: Int32, to daemon: OpaquePointer) {
@@ -298,12 +331,30 @@ final class ServerCore: Sendable {
         if bodies > 0 {
             log("closed \(bodies) connection(s) whose request body took longer than \(configuration.requestTimeout)")
         }
+        let (refused, departures) = state.withLock { state in
+            defer { (state.refusedSinceLog, state.departuresSinceLog) = (0, 0) }
+            return (state.refusedSinceLog, state.departuresSinceLog)
+        }
+        if refused > 0 {
+            log("closed \(refused) new connection(s) at once: \(configuration.connectionLimit) connections open (the connection limit)")
+        }
+        if departures > 0 {
+            log("\(departures) connection error(s): clients closed or reset connections mid-request or mid-response")
+        }
     }
 
     // MARK: - Called from libmicrohttpd threads
 
-    func opened(_ timer: ConnectionTimer) {
-        state.withLock { $0.connections[ObjectIdentifier(timer)] = timer }
+    /// Admits a new connection unless `connectionLimit` connections are open already.
+    func opened(_ timer: ConnectionTimer) -> Bool {
+        state.withLock { state in
+            guard state.connections.count < max(1, configuration.connectionLimit) else {
+                state.refusedSinceLog += 1
+                return false
+            }
+            state.connections[ObjectIdentifier(timer)] = timer
+            return true
+        }
     }
 
     func closed(_ timer: ConnectionTimer) {
@@ -340,6 +391,23 @@ final class ServerCore: Sendable {
     func log(_ message: String) {
         configuration.errorLog?(message)
     }
+
+    /// libmicrohttpd's messages about a client that went away come one (or two) per connection,
+    /// and some quote the request target: a flood of dropped connections would be a flood of log
+    /// lines. They are counted and summarized every half second instead.
+    func libraryLog(_ message: String) {
+        if Self.clientDepartures.contains(where: { message.hasPrefix($0) }) {
+            state.withLock { $0.departuresSinceLog += 1 }
+        } else {
+            log(message)
+        }
+    }
+
+    static let clientDepartures = [
+        "Socket has been disconnected when reading request",
+        "Connection was closed by remote side with incomplete request",
+        "Failed to send ",
+    ]
 }
 
 /// Parses an IPv4 or IPv6 literal into a socket address.

@@ -6,7 +6,7 @@ public struct ServerConfiguration: Sendable {
     public var port: UInt16 = 0
     /// Threads polling connections (libmicrohttpd's thread pool).
     public var threads: Int = 2
-    /// Connections beyond this are refused at accept.
+    /// A connection opened while this many are open is closed at once, unanswered.
     public var connectionLimit: Int = 1_000
     /// Idle keep-alive connections are closed after this (whole seconds; libmicrohttpd's unit).
     public var idleTimeout: Duration = .seconds(60)

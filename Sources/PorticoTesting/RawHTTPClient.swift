@@ -83,6 +83,18 @@ public final class RawHTTPConnection: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Closes the connection with a reset (SO_LINGER 0) instead of an orderly close, as a client
+    /// that crashes or gives up abruptly does. Later calls fail.
+    public func reset() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard fd >= 0 else { return }
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+        close(fd)
+        fd = -1
+    }
+
     /// Reads one complete response (Content-Length or chunked framing; HEAD/204/304 have no body).
     /// Returns nil when the server closed the connection before a response began.
     public func readResponse(forHead: Bool = false) async throws -> RawHTTPResponse? {
