@@ -197,6 +197,28 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("a slow reader (a client that never reads its large response) is closed after the idle timeout; others are served")
+    func slowReader() async throws {
+        // Far more than loopback's socket buffers hold, so the server's writes stall.
+        let large = [UInt8](repeating: 0x61, count: 32 * 1024 * 1024)
+        let handler: HTTPServer.Handler = { request in
+            request.target == "/large" ? ServerResponse(status: 200, body: large) : ServerResponse(status: 200, body: Array("ok".utf8))
+        }
+        try await withServer({ $0.idleTimeout = .seconds(2); $0.requestTimeout = .seconds(60) }, handler: handler) { server in
+            let reader = try RawHTTPConnection(port: Int(server.port))
+            try await reader.send("GET /large HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(await eventually { server.openConnections == 1 && server.inFlightRequests == 0 },
+                    "the response is being written")
+            let other = try RawHTTPConnection(port: Int(server.port))
+            try await other.send("GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await other.readResponse()?.status == 200)
+            // No byte moves for the idle timeout: libmicrohttpd gives up on the stalled write.
+            #expect(await eventually(timeout: .seconds(60)) { server.openConnections == 0 },
+                    "the stalled connection is closed; \(server.openConnections) still open")
+            withExtendedLifetime(reader) {}
+        }
+    }
+
     /// Sends `piece` every 100 ms (the client's pace) until the server cuts the connection off
     /// or `limit` passes; returns whether it was cut off.
     static func dribble(_ piece: String, on connection: RawHTTPConnection, limit: Duration = .seconds(30)) async throws -> Bool {
