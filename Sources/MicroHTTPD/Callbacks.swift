@@ -123,7 +123,7 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
             return queue(limits.errorResponse(problem.status, problem.code, problem.message),
                          on: connection, isHead: false, draining: true)
         }
-        if let length = request.headers.first(where: { $0.name.lowercased() == "content-length" })?.value,
+        if let length = request.headers.first(where: { $0.name.isFieldName("content-length") })?.value,
            let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
             // Answer before reading the body; libmicrohttpd closes the connection afterwards.
             return queue(limits.errorResponse(413, "payload_too_large",
@@ -162,11 +162,20 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         deadline: request.startedAt.advanced(by: limits.requestTimeout)
     )
     request.body = []
-    // Counted as suspended before it is: `stop` must never find none while one is being suspended.
+    // Counted as suspended before it is: `stop` must never find none while one is being
+    // suspended. Admitted before the handler runs, so work it returns is always run.
     guard core.admit() else {
         // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
         return queue(limits.errorResponse(503, "shutting_down", "the server is shutting down"),
                      on: connection, isHead: methodName == "HEAD", draining: true)
+    }
+    let work: @Sendable () async -> ServerResponse
+    switch core.answering(serverRequest) {
+    case .now(let response):
+        core.withdraw()
+        return queue(response, on: connection, isHead: methodName == "HEAD", draining: core.isDraining)
+    case .later(let later):
+        work = later
     }
     let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
                                   isHead: methodName == "HEAD") { [weak core] pending in
@@ -176,9 +185,8 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
     MHD_suspend_connection(connection)
     core.register(pending)
-    let handler = core.handler
     let task = Task {
-        let response = await handler(serverRequest)
+        let response = await work()
         pending.complete(response)
     }
     pending.attach(task)
@@ -219,9 +227,10 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
     guard let mhdResponse else { return portico_no }
     defer { MHD_destroy_response(mhdResponse) }
     for (name, value) in response.headers {
-        let lower = name.lowercased()
         // libmicrohttpd frames the body itself.
-        if lower == "content-length" || lower == "transfer-encoding" || lower == "connection" { continue }
+        if name.isFieldName("content-length") || name.isFieldName("transfer-encoding") || name.isFieldName("connection") {
+            continue
+        }
         if MHD_add_response_header(mhdResponse, name, value) == portico_no {
             // libmicrohttpd refuses names or values with CR/LF and the like: never send them.
             continue

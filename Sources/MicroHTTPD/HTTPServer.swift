@@ -7,16 +7,38 @@ import Glibc
 
 /// A small async HTTP/1.1 server over libmicrohttpd.
 ///
-/// libmicrohttpd's threads never wait on Swift work: when a request is complete the access
-/// handler suspends the connection and starts a task running `handler`; the task's answer
-/// resumes the connection and the next handler call queues the response.
+/// libmicrohttpd's threads never wait on Swift work. When a request is complete they ask the
+/// handler for an `Answer`: one it can give at once (a cache hit, an error) is queued right
+/// there, on the connection's own thread; for any other the connection is suspended and a task
+/// runs the handler's work, whose answer resumes the connection for the next handler call to
+/// queue.
 public final class HTTPServer: Sendable {
     public typealias Handler = @Sendable (ServerRequest) async -> ServerResponse
 
+    /// How a request is answered.
+    public enum Answer: Sendable {
+        /// Answered already: queued at once, on libmicrohttpd's thread, with no task and no
+        /// suspension.
+        case now(ServerResponse)
+        /// Answered by this work, run in a task while the connection is suspended.
+        case later(@Sendable () async -> ServerResponse)
+    }
+
+    /// Called on a libmicrohttpd thread for every complete request. It must not block or wait:
+    /// whatever cannot be answered straight away is returned as `.later` work.
+    public typealias Answering = @Sendable (ServerRequest) -> Answer
+
     let core: ServerCore
 
-    public init(configuration: ServerConfiguration, handler: @escaping Handler) {
-        core = ServerCore(configuration: configuration, handler: handler)
+    public init(configuration: ServerConfiguration, answering: @escaping Answering) {
+        core = ServerCore(configuration: configuration, answering: answering)
+    }
+
+    /// A server whose every request is answered by `handler` in a task.
+    public convenience init(configuration: ServerConfiguration, handler: @escaping Handler) {
+        self.init(configuration: configuration) { (request: ServerRequest) -> Answer in
+            .later { await handler(request) }
+        }
     }
 
     /// Binds and starts serving; returns the bound port (the kernel's choice when the configured port is 0).
@@ -73,14 +95,14 @@ final class ServerCore: Sendable {
     }
 
     let configuration: ServerConfiguration
-    let handler: HTTPServer.Handler
+    let answering: HTTPServer.Answering
     let state = Mutex(State())
     /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its poll loop).
     static let refusalHeadroom = 1024
 
-    init(configuration: ServerConfiguration, handler: @escaping HTTPServer.Handler) {
+    init(configuration: ServerConfiguration, answering: @escaping HTTPServer.Answering) {
         self.configuration = configuration
-        self.handler = handler
+        self.answering = answering
     }
 
     var port: UInt16 { state.withLock { $0.port } }
@@ -368,6 +390,11 @@ final class ServerCore: Sendable {
             state.suspended += 1
             return true
         }
+    }
+
+    /// Gives back an admission the request did not need: it was answered at once.
+    func withdraw() {
+        state.withLock { $0.suspended -= 1 }
     }
 
     /// A suspended request whose handler is about to run (deadline watchdog, shutdown).

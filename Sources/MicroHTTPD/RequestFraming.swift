@@ -18,10 +18,10 @@ enum RequestFraming {
         var lengths = 0
         var encodings: [String] = []
         for (name, value) in headers {
-            switch name.lowercased() {
-            case "content-length": lengths += 1
-            case "transfer-encoding": encodings.append(value)
-            default: break
+            if name.isFieldName("content-length") {
+                lengths += 1
+            } else if name.isFieldName("transfer-encoding") {
+                encodings.append(value)
             }
         }
         if lengths > 1 {

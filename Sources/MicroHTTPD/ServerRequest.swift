@@ -27,6 +27,6 @@ public struct ServerRequest: Sendable {
 
     /// The first value of a header, matched case-insensitively.
     public func header(_ name: String) -> String? {
-        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+        headers.first { $0.name.equalsIgnoringASCIICase(name) }?.value
     }
 }

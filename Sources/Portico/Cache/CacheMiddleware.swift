@@ -10,7 +10,7 @@ import NIOCore
 ///
 /// Place it after rate limiting and before `retry` and `auth`: hits cost no upstream request
 /// and no retry budget, and the credential `auth` injects never reaches the cache key.
-public struct CacheMiddleware: Middleware {
+public struct CacheMiddleware: ImmediateMiddleware {
     public let name: String
     public let config: CacheConfig
     public let policy: CachePolicy
@@ -70,24 +70,13 @@ public struct CacheMiddleware: Middleware {
                                          status: CacheStatus(.bypass, forward: .bypass, detail: "range"))
         }
 
-        let directives = RequestDirectives(request.headerFields)
-        let key = Self.key(for: request)
         let now = context.clock.now
-        let variants = store.variants(for: key)
-        let selected = variants.first { entry in
-            entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
-        }
-        var reason: CacheStatus.Forward = variants.isEmpty ? .uriMiss : .varyMiss
-        if let selected {
-            switch policy.usability(of: selected, for: directives, at: now) {
-            case .fresh:
-                metrics.hits.increment()
-                return serve(selected, to: request, context: context, validated: false,
-                             status: CacheStatus(.hit, ttl: selected.ttlSeconds(at: now)))
-            case .staleAccepted:
-                metrics.stale("max_stale")
-                return serve(selected, to: request, context: context, validated: false,
-                             status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "max-stale"))
+        let found = lookup(request, at: now)
+        if let response = answerFromStore(found, to: request, context: context, at: now) { return response }
+        let (key, directives) = (found.key, found.directives)
+        var reason: CacheStatus.Forward = found.variantCount == 0 ? .uriMiss : .varyMiss
+        if let selected = found.selected {
+            switch found.usability {
             case .staleWhileRevalidate:
                 metrics.stale("stale_while_revalidate")
                 refreshInBackground(request, key: key, stored: selected, context: context, next: next)
@@ -95,6 +84,8 @@ public struct CacheMiddleware: Middleware {
                              status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "stale-while-revalidate"))
             case .validate(let why):
                 reason = why == .stale ? .stale : .request
+            case .fresh, .staleAccepted, nil:
+                break
             }
         }
         if directives.onlyIfCached {
@@ -109,8 +100,58 @@ public struct CacheMiddleware: Middleware {
             metrics.misses.increment()
             return try await passThrough(request, context: context, next: next, status: CacheStatus(.miss, forward: reason))
         }
-        return try await fetch(request, key: key, stored: selected, reason: reason, directives: directives,
+        return try await fetch(request, key: key, stored: found.selected, reason: reason, directives: directives,
                                context: context, next: next)
+    }
+
+    /// Hits answered on the server's thread: a fresh stored response, or a stale one the
+    /// client's `max-stale` accepts. Everything else (misses, validation, background refresh)
+    /// returns `nil` untouched, for `handle`.
+    public func handleImmediately(_ request: GatewayRequest, context: RequestContext,
+                                  next: ImmediateNextHandler) throws -> GatewayResponse? {
+        guard request.method == .get || request.method == .head, request.headerFields[.range] == nil else { return nil }
+        let now = context.clock.now
+        return answerFromStore(lookup(request, at: now), to: request, context: context, at: now)
+    }
+
+    /// What the store holds for a GET or HEAD.
+    private struct Lookup {
+        var key: String
+        var directives: RequestDirectives
+        var variantCount: Int
+        /// The variant that matches the request's `Vary` values and may answer it.
+        var selected: CacheEntry?
+        /// How `selected` may be used; `nil` when none was selected.
+        var usability: CachePolicy.Usability?
+    }
+
+    private func lookup(_ request: GatewayRequest, at now: ContinuousClock.Instant) -> Lookup {
+        let directives = RequestDirectives(request.headerFields)
+        let key = Self.key(for: request)
+        let variants = store.variants(for: key)
+        let selected = variants.first { entry in
+            entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
+        }
+        return Lookup(key: key, directives: directives, variantCount: variants.count, selected: selected,
+                      usability: selected.map { policy.usability(of: $0, for: directives, at: now) })
+    }
+
+    /// The answer when the selected entry may be served as it is, counted in the metrics.
+    private func answerFromStore(_ found: Lookup, to request: GatewayRequest, context: RequestContext,
+                                 at now: ContinuousClock.Instant) -> GatewayResponse? {
+        guard let selected = found.selected else { return nil }
+        switch found.usability {
+        case .fresh:
+            metrics.hits.increment()
+            return serve(selected, to: request, context: context, validated: false,
+                         status: CacheStatus(.hit, ttl: selected.ttlSeconds(at: now)))
+        case .staleAccepted:
+            metrics.stale("max_stale")
+            return serve(selected, to: request, context: context, validated: false,
+                         status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "max-stale"))
+        case .staleWhileRevalidate, .validate, nil:
+            return nil
+        }
     }
 
     // MARK: Fetching

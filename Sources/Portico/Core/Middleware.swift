@@ -26,14 +26,47 @@ public protocol Middleware: Sendable {
     func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse
 }
 
+/// The next step of a chain asked to answer at once: a response, or `nil` when it cannot
+/// answer without waiting.
+public typealias ImmediateNextHandler = @Sendable (GatewayRequest, RequestContext) throws -> GatewayResponse?
+
+/// A middleware that can take part in answering a request at once, on the server's own thread,
+/// before any task is started: a cache hit, a rate-limit refusal, the access log line around them.
+///
+/// `handleImmediately` returns `nil` when the request needs waiting (I/O, a lock held for long,
+/// CPU work worth yielding over); the request then goes through `handle` in a task as usual.
+/// A `nil` answer must leave no trace the later `handle` would repeat — no metric counted, no
+/// token taken twice (see `RequestContext.stats` for carrying a decision over) — and it must
+/// never block.
+public protocol ImmediateMiddleware: Middleware {
+    func handleImmediately(_ request: GatewayRequest, context: RequestContext,
+                           next: ImmediateNextHandler) throws -> GatewayResponse?
+}
+
 /// The endpoint a chain ends in: an upstream, or a direct response.
 public protocol Responder: Sendable {
     func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
+    /// The answer when it needs no waiting, under the rules of `ImmediateMiddleware`; `nil`
+    /// (the default) sends the request through `respond`.
+    func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse?
+    /// Whether `respondImmediately` can ever answer, so a chain need not ask when it cannot.
+    var answersImmediately: Bool { get }
+}
+
+extension Responder {
+    public func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse? {
+        nil
+    }
+
+    public var answersImmediately: Bool { false }
 }
 
 /// A route's middleware wrapped around its endpoint, assembled once when configuration loads.
 public struct MiddlewareChain: Responder {
     private let entry: NextHandler
+    /// Walks in through `ImmediateMiddleware` steps; `nil` when the outermost step is not one,
+    /// or when nothing in the chain could ever answer at once.
+    private let immediateEntry: ImmediateNextHandler?
     public let middleware: [any Middleware]
 
     /// `middleware` is ordered outermost first.
@@ -42,16 +75,37 @@ public struct MiddlewareChain: Responder {
         var next: NextHandler = { request, context in
             try await endpoint.respond(to: request, context: context)
         }
+        var immediate: ImmediateNextHandler?
+        if endpoint.answersImmediately {
+            immediate = { request, context in try endpoint.respondImmediately(to: request, context: context) }
+        }
         for step in middleware.reversed() {
             let inner = next
             next = { request, context in
                 try await step.handle(request, context: context, next: inner)
             }
+            if let step = step as? any ImmediateMiddleware {
+                // A step further in that cannot answer at once still lets this one try (a cache
+                // before `auth` answers hits; its misses need `auth`, and so the task).
+                let innerImmediate = immediate ?? { _, _ in nil }
+                immediate = { request, context in
+                    try step.handleImmediately(request, context: context, next: innerImmediate)
+                }
+            } else {
+                immediate = nil
+            }
         }
         entry = next
+        immediateEntry = immediate
     }
 
     public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         try await entry(request, context)
     }
+
+    public func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse? {
+        try immediateEntry?(request, context)
+    }
+
+    public var answersImmediately: Bool { immediateEntry != nil }
 }

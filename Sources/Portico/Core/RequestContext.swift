@@ -11,8 +11,18 @@ public struct RequestContext: Sendable {
     public var upstream: String?
     /// The whole request must be answered by this instant.
     public var deadline: ContinuousClock.Instant
-    /// A logger with the request id attached as metadata.
-    public var logger: Logger
+    /// A logger with the request id and route attached as metadata. Made when asked for: most
+    /// requests never log through it, and attaching metadata copies a dictionary.
+    public var logger: Logger {
+        get {
+            var logger = baseLogger
+            logger[metadataKey: "request_id"] = .string(requestID)
+            if let route { logger[metadataKey: "route"] = .string(route) }
+            return logger
+        }
+        set { baseLogger = newValue }
+    }
+    private var baseLogger: Logger
     public var clock: any GatewayClock
     /// Facts inner middleware record for outer ones (the access log, metrics).
     public let stats: RequestStats
@@ -24,7 +34,7 @@ public struct RequestContext: Sendable {
         self.route = route
         self.upstream = upstream
         self.deadline = deadline
-        self.logger = logger
+        self.baseLogger = logger
         self.clock = clock
         self.stats = stats
     }
@@ -47,6 +57,9 @@ public final class RequestStats: Sendable {
         public var credential: String?
         /// Free-form additions from middleware: shown in the access log.
         public var extra: [(String, String)] = []
+        /// Tokens rate limiters took while the request was being tried for an answer at once,
+        /// by middleware name, for the task that then finishes it (so it is charged once).
+        public var rateLimitDecisions: [String: RateLimitDecision] = [:]
     }
 
     private let values = Mutex(Values())
@@ -55,7 +68,7 @@ public final class RequestStats: Sendable {
 
     public var snapshot: Values { values.withLock { $0 } }
 
-    public func update(_ body: (inout Values) -> Void) {
+    public func update<Result>(_ body: (inout Values) -> Result) -> Result {
         values.withLock { body(&$0) }
     }
 }

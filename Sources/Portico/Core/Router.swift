@@ -11,29 +11,32 @@ public struct Router: Sendable {
     }
 
     public let routes: [Route]
+    /// Whether any route matches on the host: otherwise the host is never looked at.
+    private let matchesHosts: Bool
 
     public init(routes: [Route]) {
         self.routes = routes
+        matchesHosts = routes.contains { $0.matcher.host != nil }
     }
 
     /// `host` is the request's `Host` (any port is ignored); `path` the raw path without query.
     public func match(method: HTTPRequest.Method, host: String?, path: Substring) -> Match {
-        let hostname = host.map(Route.Matcher.hostname(of:))
-        var best: (route: Route, rank: Route.Matcher.Rank)?
+        let hostname = matchesHosts ? host.map(Route.Matcher.hostname(of:)) : nil
+        var best: (index: Int, rank: Route.Matcher.Rank)?
         var allowed: Set<String> = []
         var pathMatched = false
-        for route in routes {
-            guard let rank = route.matcher.rank(host: hostname, path: path) else { continue }
+        for index in routes.indices {
+            guard let rank = routes[index].matcher.rank(host: hostname, path: path) else { continue }
             pathMatched = true
-            guard route.matcher.allows(method) else {
-                allowed.formUnion(route.matcher.methods)
+            guard routes[index].matcher.allows(method) else {
+                allowed.formUnion(routes[index].matcher.methods)
                 continue
             }
             if best == nil || rank > best!.rank {
-                best = (route, rank)
+                best = (index, rank)
             }
         }
-        if let best { return .route(best.route) }
+        if let best { return .route(routes[best.index]) }
         if pathMatched { return .methodNotAllowed(allow: allowed.sorted()) }
         return .notFound
     }
@@ -72,7 +75,7 @@ public struct Route: Sendable {
             if let host {
                 guard let requestHost, Self.hostMatches(pattern: host, host: requestHost) else { return nil }
             }
-            if let path, requestPath != path[...] { return nil }
+            if let path, !requestPath.utf8.elementsEqual(path.utf8) { return nil }
             var prefixLength = 0
             if let pathPrefix {
                 guard Self.prefixMatches(prefix: pathPrefix, path: requestPath) else { return nil }
@@ -89,10 +92,11 @@ public struct Route: Sendable {
         /// A prefix ending in `/` matches as a string; otherwise it matches whole segments
         /// (`/api` matches `/api` and `/api/x`, not `/apix`).
         static func prefixMatches(prefix: String, path: Substring) -> Bool {
-            guard path.hasPrefix(prefix) else { return false }
-            if prefix.hasSuffix("/") { return true }
-            let rest = path.dropFirst(prefix.count)
-            return rest.isEmpty || rest.first == "/"
+            // Bytes, not characters: paths are compared as sent, with no Unicode normalisation.
+            guard path.utf8.starts(with: prefix.utf8) else { return false }
+            if prefix.utf8.last == UInt8(ascii: "/") { return true }
+            let rest = path.utf8.dropFirst(prefix.utf8.count)
+            return rest.isEmpty || rest.first == UInt8(ascii: "/")
         }
 
         static func hostMatches(pattern: String, host: String) -> Bool {
@@ -167,4 +171,10 @@ public struct DirectResponder: Responder {
     public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         response
     }
+
+    public func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse? {
+        response
+    }
+
+    public var answersImmediately: Bool { true }
 }

@@ -44,81 +44,142 @@ public final class Gateway: Sendable {
     /// Once set, responses ask clients to close their connections.
     public func beginDraining() { draining.store(true, ordering: .relaxed) }
 
-    public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
+    /// Answers `serverRequest` at once when that needs no waiting — a malformed request, no
+    /// route, an overload refusal, a direct route, a cache hit — and otherwise returns the work
+    /// that answers it, for a task. Called on the server's thread: it never blocks.
+    public func answer(_ serverRequest: ServerRequest) -> HTTPServer.Answer {
         let start = ContinuousClock.now
         metrics.requestStarted()
-        var route: String?
-        let response = await respond(to: serverRequest, route: &route)
-        metrics.requestFinished(route: route, method: serverRequest.method, code: response.status,
-                                duration: start.duration(to: .now))
-        return response
+        let exchange: Exchange
+        switch prepare(serverRequest) {
+        case .answered(let response, let route):
+            return .now(finished(response, route: route, method: serverRequest.method, since: start))
+        case .routed(let routed):
+            exchange = routed
+        }
+        let immediate: GatewayResponse?
+        do {
+            immediate = try exchange.route.responder.respondImmediately(to: exchange.request, context: exchange.context)
+        } catch {
+            immediate = response(for: error, context: exchange.context)
+        }
+        if let immediate {
+            exchange.leave()
+            return .now(finished(finish(immediate, requestID: exchange.context.requestID, isHead: exchange.isHead),
+                                 route: exchange.route.name, method: serverRequest.method, since: start))
+        }
+        return .later { [self] in
+            defer { exchange.leave() }
+            let answer: GatewayResponse
+            do {
+                answer = try await exchange.route.responder.respond(to: exchange.request, context: exchange.context)
+            } catch {
+                answer = response(for: error, context: exchange.context)
+            }
+            return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
+                            route: exchange.route.name, method: serverRequest.method, since: start)
+        }
     }
 
-    private func respond(to serverRequest: ServerRequest, route routeName: inout String?) async -> ServerResponse {
+    /// The answer to `serverRequest`, at once or after its work has run.
+    public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
+        switch answer(serverRequest) {
+        case .now(let response): response
+        case .later(let work): await work()
+        }
+    }
+
+    /// A routed request on its way through its route's chain; it holds its in-flight places
+    /// until `leave`.
+    private struct Exchange: Sendable {
+        var route: Route
+        var request: GatewayRequest
+        var context: RequestContext
+        var isHead: Bool
+        let inFlight: InFlightLimit
+
+        func leave() {
+            route.inFlight?.leave()
+            inFlight.leave()
+        }
+    }
+
+    private enum Prepared {
+        case answered(ServerResponse, route: String?)
+        case routed(Exchange)
+    }
+
+    /// Validates and routes the request and takes its in-flight places: what every request
+    /// does before its route's chain.
+    private func prepare(_ serverRequest: ServerRequest) -> Prepared {
         let runtime = current
         let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
             ?? RequestID.generate()
-        var logger = self.logger
-        logger[metadataKey: "request_id"] = .string(requestID)
         let isHead = serverRequest.method == "HEAD"
 
         let request: GatewayRequest
         do {
             request = try GatewayRequest(validating: serverRequest, scheme: scheme)
         } catch {
-            logger.debug("rejected malformed request", metadata: ["reason": .string(error.message)])
-            return finish(error.response(requestID: requestID), requestID: requestID, isHead: isHead, close: true)
+            logger.debug("rejected malformed request", metadata: ["request_id": .string(requestID),
+                                                                  "reason": .string(error.message)])
+            return .answered(finish(error.response(requestID: requestID), requestID: requestID, isHead: isHead, close: true),
+                             route: nil)
         }
 
         guard inFlight.tryEnter() else {
             metrics.overloaded(route: nil)
-            return finish(GatewayError.overloaded(route: nil).response(requestID: requestID), requestID: requestID, isHead: isHead)
+            return .answered(finish(GatewayError.overloaded(route: nil).response(requestID: requestID),
+                                    requestID: requestID, isHead: isHead), route: nil)
         }
-        defer { inFlight.leave() }
 
         let route: Route
         switch runtime.router.match(method: request.method, host: request.head.authority, path: request.path) {
         case .route(let matched):
             route = matched
         case .notFound:
-            return finish(GatewayError.notFound(path: request.path).response(requestID: requestID),
-                          requestID: requestID, isHead: isHead)
+            inFlight.leave()
+            return .answered(finish(GatewayError.notFound(path: request.path).response(requestID: requestID),
+                                    requestID: requestID, isHead: isHead), route: nil)
         case .methodNotAllowed(let allow):
-            return finish(GatewayError.methodNotAllowed(request.method, allow: allow).response(requestID: requestID),
-                          requestID: requestID, isHead: isHead)
+            inFlight.leave()
+            return .answered(finish(GatewayError.methodNotAllowed(request.method, allow: allow).response(requestID: requestID),
+                                    requestID: requestID, isHead: isHead), route: nil)
         }
 
-        if let limit = route.inFlight {
-            guard limit.tryEnter() else {
-                routeName = route.name
-                metrics.overloaded(route: route.name)
-                return finish(GatewayError.overloaded(route: route.name).response(requestID: requestID),
-                              requestID: requestID, isHead: isHead)
-            }
+        if let limit = route.inFlight, !limit.tryEnter() {
+            inFlight.leave()
+            metrics.overloaded(route: route.name)
+            return .answered(finish(GatewayError.overloaded(route: route.name).response(requestID: requestID),
+                                    requestID: requestID, isHead: isHead), route: route.name)
         }
-        defer { route.inFlight?.leave() }
 
         var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
         if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }
-        routeName = route.name
-        logger[metadataKey: "route"] = .string(route.name)
         let context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,
                                      deadline: deadline, logger: logger, clock: clock)
         var forwarded = request
         forwarded.headerFields[.xRequestID] = requestID
+        return .routed(Exchange(route: route, request: forwarded, context: context, isHead: isHead, inFlight: inFlight))
+    }
 
-        let response: GatewayResponse
-        do {
-            response = try await route.responder.respond(to: forwarded, context: context)
-        } catch let error as GatewayError {
-            response = error.response(requestID: requestID)
-        } catch is CancellationError {
-            response = GatewayError.requestTimeout().response(requestID: requestID)
-        } catch {
-            logger.error("unexpected error in the chain", metadata: ["error": .string(String(describing: error))])
-            response = GatewayError.internalError().response(requestID: requestID)
+    /// The error response for what a chain threw.
+    private func response(for error: any Error, context: RequestContext) -> GatewayResponse {
+        switch error {
+        case let error as GatewayError:
+            return error.response(requestID: context.requestID)
+        case is CancellationError:
+            return GatewayError.requestTimeout().response(requestID: context.requestID)
+        default:
+            context.logger.error("unexpected error in the chain", metadata: ["error": .string(String(describing: error))])
+            return GatewayError.internalError().response(requestID: context.requestID)
         }
-        return finish(response, requestID: requestID, isHead: isHead)
+    }
+
+    private func finished(_ response: ServerResponse, route: String?, method: String,
+                          since start: ContinuousClock.Instant) -> ServerResponse {
+        metrics.requestFinished(route: route, method: method, code: response.status, duration: start.duration(to: .now))
+        return response
     }
 
     private func finish(_ response: GatewayResponse, requestID: String, isHead: Bool, close: Bool = false) -> ServerResponse {

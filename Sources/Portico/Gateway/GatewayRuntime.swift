@@ -126,9 +126,19 @@ struct PrefixStripping: Responder {
     let endpoint: any Responder
 
     func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        guard route.stripPrefix else { return try await endpoint.respond(to: request, context: context) }
+        try await endpoint.respond(to: stripped(request), context: context)
+    }
+
+    func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse? {
+        try endpoint.respondImmediately(to: stripped(request), context: context)
+    }
+
+    var answersImmediately: Bool { endpoint.answersImmediately }
+
+    private func stripped(_ request: GatewayRequest) -> GatewayRequest {
+        guard route.stripPrefix else { return request }
         var stripped = request
         stripped.head.path = route.upstreamTarget(for: request.target)
-        return try await endpoint.respond(to: stripped, context: context)
+        return stripped
     }
 }

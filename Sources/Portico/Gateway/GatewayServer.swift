@@ -26,9 +26,8 @@ public final class GatewayServer: Sendable {
         self.clock = clock
         self.listen = config.listen
         self.state = Mutex((config, false))
-        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger)) { request in
-            await gateway.handle(request)
-        }
+        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger),
+                            answering: gateway.answer)
     }
 
     static func serverConfiguration(_ listen: ListenConfig, logger: Logger) -> ServerConfiguration {

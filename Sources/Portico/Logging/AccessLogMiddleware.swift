@@ -3,7 +3,7 @@ import Logging
 
 /// One structured line per request: who asked what, what came back, and how long it took.
 /// Placed outermost, it sees what inner middleware recorded in `context.stats`.
-public struct AccessLogMiddleware: Middleware {
+public struct AccessLogMiddleware: ImmediateMiddleware {
     let settings: AccessLogConfig
     let logger: Logger
     let clock: any GatewayClock
@@ -22,15 +22,40 @@ public struct AccessLogMiddleware: Middleware {
 
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
         let start = clock.now
+        let outcome: Result<GatewayResponse, any Error>
         do {
-            let response = try await next(request, context)
+            outcome = .success(try await next(request, context))
+        } catch {
+            outcome = .failure(error)
+        }
+        return try logged(outcome, request: request, context: context, start: start)
+    }
+
+    public func handleImmediately(_ request: GatewayRequest, context: RequestContext,
+                                  next: ImmediateNextHandler) throws -> GatewayResponse? {
+        let start = clock.now
+        let outcome: Result<GatewayResponse, any Error>
+        do {
+            guard let response = try next(request, context) else { return nil }
+            outcome = .success(response)
+        } catch {
+            outcome = .failure(error)
+        }
+        return try logged(outcome, request: request, context: context, start: start)
+    }
+
+    /// Logs the line for `outcome` and passes it on.
+    private func logged(_ outcome: Result<GatewayResponse, any Error>, request: GatewayRequest, context: RequestContext,
+                        start: ContinuousClock.Instant) throws -> GatewayResponse {
+        switch outcome {
+        case .success(let response):
             log(request, context: context, status: response.status.code, bytesOut: response.body.count ?? 0,
                 error: nil, start: start)
             return response
-        } catch let error as GatewayError {
+        case .failure(let error as GatewayError):
             log(request, context: context, status: error.status.code, bytesOut: 0, error: error.code, start: start)
             throw error
-        } catch {
+        case .failure(let error):
             log(request, context: context, status: 500, bytesOut: 0, error: "internal_error", start: start)
             throw error
         }

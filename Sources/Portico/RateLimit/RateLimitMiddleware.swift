@@ -5,7 +5,7 @@ import HTTPTypes
 /// `Retry-After`; every response (errors included) carries the IETF `RateLimit-Policy` and
 /// `RateLimit` headers unless `headers: false`. Place it outside caching and retries, so a
 /// client is charged once per request, however the request is served.
-public struct RateLimitMiddleware: Middleware {
+public struct RateLimitMiddleware: ImmediateMiddleware {
     /// The middleware instance's name: the policy name in the headers.
     public let name: String
     public let config: RateLimitConfig
@@ -29,22 +29,15 @@ public struct RateLimitMiddleware: Middleware {
     }
 
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
-        let key: String
-        if let extracted = Self.key(for: request, parts: config.key, route: context.route) {
-            key = extracted
-        } else if config.missingKey == .reject {
-            throw GatewayError.rateLimitKeyMissing(config.key.map(\.description).joined(separator: " + "))
+        // A token taken while trying to answer at once is this request's: it is not charged twice.
+        let taken = context.stats.update { $0.rateLimitDecisions.removeValue(forKey: name) }
+        let decision: RateLimitDecision
+        if let taken {
+            decision = taken
         } else {
-            key = Self.missingKeyBucket
+            decision = try await store.acquire(try bucketKey(for: request, context: context), at: context.clock.now)
         }
-
-        let decision = try await store.acquire(key, at: context.clock.now)
-        guard decision.allowed else {
-            Self.rejected.increment([("route", context.route ?? "")])
-            var fields = HTTPFields()
-            addHeaders(to: &fields, decision)
-            throw GatewayError.rateLimited(retryAfter: decision.retryAfter, headerFields: fields)
-        }
+        try check(decision, context: context)
         do {
             var response = try await next(request, context)
             addHeaders(to: &response.headerFields, decision)
@@ -53,6 +46,44 @@ public struct RateLimitMiddleware: Middleware {
             addHeaders(to: &error.headerFields, decision)
             throw error
         }
+    }
+
+    /// Charges the request on the server's thread when the store can decide at once. When the
+    /// inner chain then needs a task, the decision travels with the request to `handle`.
+    public func handleImmediately(_ request: GatewayRequest, context: RequestContext,
+                                  next: ImmediateNextHandler) throws -> GatewayResponse? {
+        let key = try bucketKey(for: request, context: context)
+        guard let decision = store.acquireImmediately(key, at: context.clock.now) else { return nil }
+        try check(decision, context: context)
+        do {
+            guard var response = try next(request, context) else {
+                context.stats.update { $0.rateLimitDecisions[name] = decision }
+                return nil
+            }
+            addHeaders(to: &response.headerFields, decision)
+            return response
+        } catch var error as GatewayError {
+            addHeaders(to: &error.headerFields, decision)
+            throw error
+        }
+    }
+
+    /// The request's bucket; throws when the key is missing and `missing_key: reject`.
+    private func bucketKey(for request: GatewayRequest, context: RequestContext) throws -> String {
+        if let extracted = Self.key(for: request, parts: config.key, route: context.route) { return extracted }
+        guard config.missingKey != .reject else {
+            throw GatewayError.rateLimitKeyMissing(config.key.map(\.description).joined(separator: " + "))
+        }
+        return Self.missingKeyBucket
+    }
+
+    /// Throws the 429 for a refused decision.
+    private func check(_ decision: RateLimitDecision, context: RequestContext) throws {
+        guard !decision.allowed else { return }
+        Self.rejected.increment([("route", context.route ?? "")])
+        var fields = HTTPFields()
+        addHeaders(to: &fields, decision)
+        throw GatewayError.rateLimited(retryAfter: decision.retryAfter, headerFields: fields)
     }
 
     private func addHeaders(to fields: inout HTTPFields, _ decision: RateLimitDecision) {

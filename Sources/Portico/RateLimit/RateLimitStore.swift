@@ -49,6 +49,14 @@ public struct RateLimitDecision: Sendable, Equatable {
 public protocol RateLimitStore: Sendable {
     /// Takes one token from `key`'s bucket as of `now`.
     func acquire(_ key: String, at now: ContinuousClock.Instant) async throws -> RateLimitDecision
+    /// Takes one token without waiting, or returns `nil` (taking nothing) when the store cannot
+    /// decide without I/O. Lets a request answered at once (a cache hit) be charged on the
+    /// server's thread.
+    func acquireImmediately(_ key: String, at now: ContinuousClock.Instant) -> RateLimitDecision?
+}
+
+extension RateLimitStore {
+    public func acquireImmediately(_ key: String, at now: ContinuousClock.Instant) -> RateLimitDecision? { nil }
 }
 
 /// Token buckets in memory, sharded so concurrent requests for different keys rarely contend
@@ -96,6 +104,10 @@ public final class InMemoryRateLimitStore: RateLimitStore {
     }
 
     public func acquire(_ key: String, at now: ContinuousClock.Instant) async throws -> RateLimitDecision {
+        take(key, at: now)
+    }
+
+    public func acquireImmediately(_ key: String, at now: ContinuousClock.Instant) -> RateLimitDecision? {
         take(key, at: now)
     }
 

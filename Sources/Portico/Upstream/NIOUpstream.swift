@@ -18,12 +18,14 @@ final class NIOUpstream: UpstreamClient {
     /// Where requests are addressed: `target`, or with `tls.server_name` as host (`TLSClientConfig.addressing`).
     private let requestTarget: UpstreamTarget
     private let client: HTTPClient
-    private let logger: Logger
+    /// What AsyncHTTPClient logs per request (debug and trace only): a no-op logger unless the
+    /// level lets those through, because it attaches its own metadata to the logger per request.
+    private let requestLogger: Logger
 
     init(config: UpstreamConfig, logger: Logger) {
         self.config = config
         self.target = UpstreamTarget(baseURL: config.url)
-        self.logger = logger
+        requestLogger = logger.logLevel <= .debug ? logger : Logger(label: logger.label, factory: { _ in SwiftLogNoOpLogHandler() })
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
@@ -78,7 +80,7 @@ final class NIOUpstream: UpstreamClient {
         let limit = config.maxResponseBytes
         let collector = NIOResponseCollector(limit: limit)
         let task = client.execute(request: outbound, delegate: collector, eventLoop: .indifferent,
-                                  deadline: .now() + TimeAmount(remaining), logger: logger)
+                                  deadline: .now() + TimeAmount(remaining), logger: requestLogger)
         do {
             let response = try await withTaskCancellationHandler {
                 try await task.futureResult.get()
