@@ -91,7 +91,8 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     // Resumed: the handler has answered.
     if let pending = context.pending, let response = pending.response {
         core.released(context)
-        return queue(response, on: connection, isHead: pending.isHead, draining: core.isDraining)
+        return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
+                     draining: core.isDraining)
     }
 
     let request: RequestInProgress
@@ -173,7 +174,8 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     switch core.answering(serverRequest) {
     case .now(let response):
         core.withdraw()
-        return queue(response, on: connection, isHead: methodName == "HEAD", draining: core.isDraining)
+        return queue(fitted(response, after: request, core: core), on: connection, isHead: methodName == "HEAD",
+                     draining: core.isDraining)
     case .later(let later):
         work = later
     }
@@ -206,6 +208,20 @@ private let collectHeader: MHD_KeyValueIteratorN = { cls, _, key, keySize, value
     collector.headers.append((name, text))
     collector.bytes += keySize + valueSize + 4
     return portico_yes
+}
+
+/// `response`, or a 502 when its head would not fit in the connection memory its request's head
+/// left: libmicrohttpd would close the connection without a word.
+private func fitted(_ response: ServerResponse, after request: RequestInProgress?, core: ServerCore) -> ServerResponse {
+    let limits = core.configuration
+    // libmicrohttpd keeps a record of about 56 bytes per request field; 4 KiB for the rest.
+    let used = (request?.headBytes ?? 0) + (request?.headers.count ?? 0) * 64 + 4096
+    var head = 64  // status line and Content-Length
+    for (name, value) in response.headers { head += name.utf8.count + value.utf8.count + 4 }
+    guard head > limits.connectionMemoryBytes - used else { return response }
+    core.log("a response head of \(head) bytes does not fit in the \(limits.connectionMemoryBytes - used) bytes of connection "
+             + "memory its request left (listen.max_header_bytes sets it): answered 502")
+    return limits.errorResponse(502, "response_head_too_large", "the response head is too large to send")
 }
 
 /// Builds the libmicrohttpd response and queues it. Every C call's result is checked.

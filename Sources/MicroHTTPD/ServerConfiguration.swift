@@ -20,6 +20,9 @@ public struct ServerConfiguration: Sendable {
     public var headerTimeout: Duration = .seconds(10)
     /// Request line and headers beyond this get 431.
     public var maxHeaderBytes: Int = 32 * 1024
+    /// libmicrohttpd's memory per connection: the request head with its field records, then
+    /// the response head. It is zeroed before every request, so it is kept tight.
+    var connectionMemoryBytes: Int { maxHeaderBytes + 16 * 1024 }
     /// Request bodies beyond this get 413; the rest is not read into memory.
     public var maxBodyBytes: Int = 10 * 1024 * 1024
     /// Kernel accept backlog.

@@ -187,6 +187,50 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("heads just under the limit are served, whatever their shape, and the connection stays usable",
+          arguments: [8 * 1024, 32 * 1024, 64 * 1024])
+    func headJustUnderLimit(limit: Int) async throws {
+        try await withServer({ $0.maxHeaderBytes = limit }, handler: echo) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            let room = limit - 200
+            // One long line, many short ones, and a long target.
+            let oneLine = "GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: room))\r\n\r\n"
+            // A hundred fields: libmicrohttpd spends about 56 bytes of its connection memory on each.
+            let lines = (0..<100).map { "X-H\(String(format: "%03d", $0)): \(String(repeating: "v", count: room / 100 - 10))\r\n" }
+            let manyLines = "GET / HTTP/1.1\r\nHost: x\r\n" + lines.joined() + "\r\n"
+            let longTarget = "GET /\(String(repeating: "t", count: room)) HTTP/1.1\r\nHost: x\r\n\r\n"
+            for head in [oneLine, manyLines, longTarget, "GET /after HTTP/1.1\r\nHost: x\r\n\r\n"] {
+                try await connection.send(head)
+                let response = try #require(try await connection.readResponse())
+                #expect(response.status == 200, "a head of \(head.utf8.count) bytes, limit \(limit)")
+            }
+            let over = try RawHTTPConnection(port: Int(server.port))
+            try await over.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: limit))\r\n\r\n")
+            #expect(try await over.readResponse()?.status == 431)
+        }
+    }
+
+    @Test("a large response head is sent whole after a small request; one too large for the connection's memory is a 502",
+          arguments: [16 * 1024, 30 * 1024, 40 * 1024, 60 * 1024])
+    func largeResponseHead(size: Int) async throws {
+        let handler: HTTPServer.Handler = { _ in
+            let headers = (0..<(size / 1024)).map { ("X-R\($0)", String(repeating: "r", count: 1000)) }
+            return ServerResponse(status: 200, headers: headers, body: Array("ok".utf8))
+        }
+        try await withServer(handler: handler) { server in
+            let connection = try RawHTTPConnection(port: Int(server.port))
+            try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try await connection.readResponse()
+            if size <= 40 * 1024 {
+                #expect(response?.status == 200)
+                #expect(response?.headers.filter { $0.name.hasPrefix("X-R") }.count == size / 1024)
+            } else {
+                #expect(response?.status == 502)
+                #expect(response?.bodyText.contains("response_head_too_large") == true)
+            }
+        }
+    }
+
     @Test("idle keep-alive connections are closed after the idle timeout")
     func idleTimeout() async throws {
         try await withServer({ $0.idleTimeout = .seconds(1) }, handler: echo) { server in
