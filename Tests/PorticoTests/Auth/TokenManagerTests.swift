@@ -260,7 +260,7 @@ struct TokenManagerTests {
             try await endpoint.setFailure(.closed)
             let error = await gatewayError { _ = try await manager.token() }
             #expect(error?.code == "credentials_unavailable")
-            #expect(error?.message.contains("unreachable") == true)
+            #expect(error?.message.contains("unreachable") == true, "\(String(describing: error?.message))")
             #expect(await concurrentTokens(manager, count: 100).allSatisfy(isCredentialsUnavailable))
             // Each attempt counts a failure: still one attempt.
             #expect(await manager.status.consecutiveFailures == 1)

@@ -1,6 +1,6 @@
 import Foundation
 import HTTPTypes
-import Portico
+@testable import Portico
 import Testing
 
 @Suite struct ForwardingHeadersTests {
@@ -22,6 +22,14 @@ import Testing
             ("Accept", "a"), ("X-Dup", "1"), ("connection", "x-other"), ("X-Other", "2"), ("X-Dup", "2"),
         ])
         #expect(pairs(ForwardingHeaders.removingHopByHop(input)) == ["Accept: a", "X-Dup: 1", "X-Dup: 2"])
+    }
+
+    @Test("the fast hop-by-hop check agrees with the list, whatever the name's length")
+    func hopByHopCheckMatchesTheList() {
+        for name in ForwardingHeaders.hopByHop { #expect(ForwardingHeaders.isHopByHop(name), "\(name)") }
+        let others = ["", "t", "tf", "ta", "accept", "trailers", "upgrade2", "connectio", "keep-alivE", "proxy-connectionx",
+                      "content-length", "transfer-encodinG", "proxy-authenticat", "x-forwarded-for", "via", "host"]
+        for name in others { #expect(!ForwardingHeaders.isHopByHop(name), "\(name)") }
     }
 
     @Test func requestFieldsAddForwardingAndKeepOrder() {
