@@ -67,7 +67,7 @@ public struct ResponseFreshness: Sendable, Equatable {
         self.heuristic = heuristic
 
         // §4.2.3 age calculation.
-        let ageValue: Duration = switch CacheControl.deltaSeconds(fields[.age]?.trimmingWhitespace() ?? "") {
+        let ageValue: Duration = switch CacheControl.deltaSeconds(Self.firstAge(fields)) {
         case .some(let seconds): .seconds(seconds)
         case .none: .zero
         }
@@ -107,6 +107,15 @@ public struct ResponseFreshness: Sendable, Equatable {
         let values = fields[values: name]
         guard let first = values.first, values.allSatisfy({ $0 == first }) else { return nil }
         return HTTPDate.parse(first.trimmingWhitespace())
+    }
+
+    /// The `Age` value to use: the first one when a sender listed several (`7200, 0`, or two
+    /// field lines), less any parameter, as caches in the wild do (http-tests' `age-parse-*`).
+    /// What is left must still be plain delta-seconds.
+    static func firstAge(_ fields: HTTPFields) -> String {
+        guard let line = fields[values: .age].first else { return "" }
+        let first = line.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        return (first.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? "").trimmingWhitespace()
     }
 
     static func duration(_ seconds: TimeInterval) -> Duration {

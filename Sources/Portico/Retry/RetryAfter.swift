@@ -31,7 +31,15 @@ public enum HTTPDate {
     private static let longDays = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
     public static func parse(_ text: String) -> Date? {
-        let words = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        // Exactly one space between the parts: `Sun,  06 Nov …` is not a date (http-tests'
+        // `freshness-expires-invalid-multiple-spaces`). asctime alone pads a one-digit day.
+        var words = text.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+        var padded = false  // asctime's `Nov  6`
+        if words.count == 6, words[2].isEmpty, words[3].count == 1 {
+            words.remove(at: 2)
+            padded = true
+        }
+        guard !words.contains(where: \.isEmpty) else { return nil }
         // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
         if words.count == 6, words[0].hasSuffix(","), shortDays.contains(String(words[0].dropLast())), words[5] == "GMT",
            words[1].count == 2, let day = Int(words[1]), let month = months.firstIndex(of: words[2]),
@@ -50,7 +58,7 @@ public enum HTTPDate {
         }
         // asctime: Sun Nov  6 08:49:37 1994
         if words.count == 5, shortDays.contains(words[0]), let month = months.firstIndex(of: words[1]),
-           (1...2).contains(words[2].count), let day = Int(words[2]), let time = clock(words[3]),
+           words[2].count == 2 || padded, let day = Int(words[2]), let time = clock(words[3]),
            words[4].count == 4, let year = Int(words[4]) {
             return date(year: year, month: month + 1, day: day, time: time)
         }

@@ -48,6 +48,19 @@ struct ResponseFreshnessTests {
         #expect(f.isFresh(atAge: .seconds(59)) && !f.isFresh(atAge: .seconds(60)))
         // A malformed Age is ignored.
         #expect(freshness([("Age", "ten")]).initialAge == .zero)
+        #expect(freshness([("Age", "a7200")]).initialAge == .zero)
+        #expect(freshness([("Age", "7200.0")]).initialAge == .zero)
+    }
+
+    @Test("several Age values: the first counts, as in the field line `7200, 0` or two lines; a parameter is dropped")
+    func firstAge() {
+        let date = ("Date", HTTPDate.format(now))
+        #expect(freshness([("Age", "7200, 0"), date]).initialAge == .seconds(7200))
+        #expect(freshness([("Age", "7200,0"), date]).initialAge == .seconds(7200))
+        #expect(freshness([("Age", "7200"), ("Age", "0"), date]).initialAge == .seconds(7200))
+        #expect(freshness([("Age", "0"), ("Age", "7200"), date]).initialAge == .zero)
+        #expect(freshness([("Age", "7200;foo=bar"), date]).initialAge == .seconds(7200))
+        #expect(freshness([("Age", " 7200 , 1"), date]).initialAge == .seconds(7200))
     }
 
     @Test("heuristic freshness: a fraction of the time since Last-Modified, capped, off by default")

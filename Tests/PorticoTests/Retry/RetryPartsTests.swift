@@ -47,6 +47,14 @@ struct RetryPartsTests {
         #expect(RetryAfter.delay("Sun Nov  6 08:49:47 1994", now: Self.now) == .seconds(10))
         #expect(RetryAfter.delay("Sun, 06 Nov 1994 08:48:37 GMT", now: Self.now) == .zero)   // past: now
         #expect(HTTPDate.parse("Thu, 01 Jan 1970 00:00:00 GMT") == Date(timeIntervalSince1970: 0))
+        // One space between parts, except asctime's padding before a one-digit day.
+        for malformed in ["Thu,  01 Jan 1970 00:00:00 GMT", "Thu, 01 Jan 1970  00:00:00 GMT", "Thu, 01 Jan 1970 00:00:00 GMT ",
+                          " Thu, 01 Jan 1970 00:00:00 GMT", "Thursday,  01-Jan-70 00:00:00 GMT", "Thu Jan 1 00:00:00 1970",
+                          "Thu Jan   1 00:00:00 1970", "Thu  Jan  1 00:00:00 1970"] {
+            #expect(HTTPDate.parse(malformed) == nil, "\(malformed)")
+        }
+        #expect(HTTPDate.parse("Thu Jan  1 00:00:00 1970") == Date(timeIntervalSince1970: 0))
+        #expect(HTTPDate.parse("Sat Jan 10 00:00:00 1970") == Date(timeIntervalSince1970: 9 * 86_400))
         #expect(HTTPDate.parse("Tue, 29 Feb 2028 23:59:59 GMT") == Date(timeIntervalSince1970: 1_835_481_599))
     }
 
