@@ -227,18 +227,16 @@ private func fitted(_ response: ServerResponse, after request: RequestInProgress
 /// Builds the libmicrohttpd response and queues it. Every C call's result is checked.
 private func queue(_ response: ServerResponse, on connection: OpaquePointer, isHead: Bool, draining: Bool) -> MHD_Result {
     var status = response.status
-    var body = response.body
+    var payload = response.payload
     if !(100...599).contains(status) {
         status = 502
-        body = Array("invalid response status\n".utf8)
+        payload = .bytes(Array("invalid response status\n".utf8))
     }
     let mhdResponse: OpaquePointer?
     if isHead, let length = response.headContentLength {
         mhdResponse = portico_mhd_create_head_response(length)
     } else {
-        mhdResponse = body.withUnsafeMutableBytes { bytes in
-            MHD_create_response_from_buffer(bytes.count, bytes.baseAddress, portico_respmem_must_copy)
-        }
+        mhdResponse = makeResponse(payload)
     }
     guard let mhdResponse else { return portico_no }
     defer { MHD_destroy_response(mhdResponse) }
@@ -247,7 +245,11 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
         if name.isFieldName("content-length") || name.isFieldName("transfer-encoding") || name.isFieldName("connection") {
             continue
         }
-        if MHD_add_response_header(mhdResponse, name, value) == portico_no {
+        // Explicit C strings: passing a String directly copies a short one to the heap first.
+        let added = name.withCString { name in
+            value.withCString { value in MHD_add_response_header(mhdResponse, name, value) }
+        }
+        if added == portico_no {
             // libmicrohttpd refuses names or values with CR/LF and the like: never send them.
             continue
         }
@@ -256,4 +258,35 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
         _ = MHD_add_response_header(mhdResponse, "Connection", "close")
     }
     return MHD_queue_response(connection, UInt32(status), mhdResponse)
+}
+
+/// A libmicrohttpd response holding the body: copied, or for shared bytes, read in place with
+/// the owner retained until libmicrohttpd destroys the response.
+private func makeResponse(_ payload: ServerResponse.Payload) -> OpaquePointer? {
+    switch payload {
+    case .bytes(let bytes):
+        // Copied by libmicrohttpd (MUST_COPY), which never writes to the buffer it is given.
+        return bytes.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                                            portico_respmem_must_copy)
+        }
+    case .shared(let owner):
+        return owner.withUnsafeBytes { bytes -> OpaquePointer? in
+            guard let base = bytes.baseAddress, !bytes.isEmpty else {
+                return MHD_create_response_from_buffer(0, nil, portico_respmem_must_copy)
+            }
+            let retained = Unmanaged<AnyObject>.passRetained(owner)
+            // libmicrohttpd only reads the buffer; its parameter is not const-qualified.
+            let response = MHD_create_response_from_buffer_with_free_callback_cls(
+                bytes.count, UnsafeMutableRawPointer(mutating: base), releaseSharedBytes, retained.toOpaque())
+            if response == nil { retained.release() }
+            return response
+        }
+    }
+}
+
+/// libmicrohttpd's free callback for a shared body: drops the response's hold on the owner.
+private let releaseSharedBytes: MHD_ContentReaderFreeCallback = { context in
+    guard let context else { return }
+    Unmanaged<AnyObject>.fromOpaque(context).release()
 }

@@ -77,7 +77,6 @@ final class ServerCore: Sendable {
     struct State {
         var daemon: Daemon?
         var port: UInt16 = 0
-        var draining = false
         var stopped = false
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
@@ -87,16 +86,21 @@ final class ServerCore: Sendable {
         var refusedSinceLog = 0
         /// libmicrohttpd's messages about clients that left mid-exchange, since the watchdog last logged them.
         var departuresSinceLog = 0
-        /// Connections suspended or resumed but not yet answered: `MHD_stop_daemon` aborts on them.
-        var suspended = 0
-        /// Set by `stop` once in-flight requests are done (or out of grace): requests completed
-        /// after that are answered 503 at once instead of being suspended.
-        var closing = false
     }
 
     let configuration: ServerConfiguration
     let answering: HTTPServer.Answering
     let state = Mutex(State())
+    /// Set when `stop` begins: answers ask clients to close their connections. Read by every
+    /// answer on every thread, so it is an atomic rather than part of `state`.
+    private let draining = Atomic<Bool>(false)
+    /// Connections suspended or resumed but not yet answered (`MHD_stop_daemon` aborts on them),
+    /// times two, plus one once the server is closing: `stop` sets that bit when in-flight
+    /// requests are done (or out of grace), and requests completed after it are answered 503 at
+    /// once instead of being suspended. One atomic word, so admitting a request takes no lock.
+    private let admissions = Atomic<Int>(0)
+    private static let closingBit = 1
+    private static let oneAdmission = 2
     /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its poll loop).
     static let refusalHeadroom = 1024
 
@@ -107,7 +111,7 @@ final class ServerCore: Sendable {
 
     var port: UInt16 { state.withLock { $0.port } }
     var inFlightCount: Int { state.withLock { $0.inFlight.count } }
-    var isDraining: Bool { state.withLock { $0.draining } }
+    var isDraining: Bool { draining.load(ordering: .relaxed) }
     var openConnections: Int {
         state.withLock { state in
             state.daemon.map { Int(portico_mhd_current_connections($0.pointer)) } ?? 0
@@ -215,8 +219,8 @@ final class ServerCore: Sendable {
 
     func stop(grace: Duration) async {
         let daemon: Daemon? = state.withLock { state in
-            guard !state.draining, let daemon = state.daemon else { return nil }
-            state.draining = true
+            guard let daemon = state.daemon, !draining.load(ordering: .relaxed) else { return nil }
+            draining.store(true, ordering: .relaxed)
             return daemon
         }
         guard let daemon else { return }
@@ -241,18 +245,19 @@ final class ServerCore: Sendable {
         while clock.now < graceDeadline {
             let idle = clock.now >= settled && state.withLock { state -> Bool in
                 guard state.inFlight.isEmpty else { return false }
-                state.closing = true
+                admissions.bitwiseOr(Self.closingBit, ordering: .sequentiallyConsistent)
                 return true
             }
             if idle { break }
             try? await Task.sleep(for: .milliseconds(10))
         }
-        state.withLock { $0.closing = true }
+        admissions.bitwiseOr(Self.closingBit, ordering: .sequentiallyConsistent)
         // Whatever is still running (or was admitted just before closing) is answered now, and
         // resumed connections get a turn of their thread to queue their answer.
         let flushDeadline = clock.now.advanced(by: .seconds(5))
         while clock.now < flushDeadline {
-            let (remaining, suspended) = state.withLock { (Array($0.inFlight.values), $0.suspended) }
+            let remaining = state.withLock { Array($0.inFlight.values) }
+            let suspended = admissions.load(ordering: .sequentiallyConsistent) / Self.oneAdmission
             for pending in remaining {
                 pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
             }
@@ -388,16 +393,19 @@ final class ServerCore: Sendable {
 
     /// Reserves a suspension for a complete request; false once the server is closing.
     func admit() -> Bool {
-        state.withLock { state in
-            guard !state.closing else { return false }
-            state.suspended += 1
-            return true
+        var current = admissions.load(ordering: .relaxed)
+        while current & Self.closingBit == 0 {
+            let (admitted, found) = admissions.compareExchange(expected: current, desired: current + Self.oneAdmission,
+                                                               ordering: .sequentiallyConsistent)
+            if admitted { return true }
+            current = found
         }
+        return false
     }
 
     /// Gives back an admission the request did not need: it was answered at once.
     func withdraw() {
-        state.withLock { $0.suspended -= 1 }
+        admissions.wrappingSubtract(Self.oneAdmission, ordering: .sequentiallyConsistent)
     }
 
     /// A suspended request whose handler is about to run (deadline watchdog, shutdown).
@@ -415,7 +423,7 @@ final class ServerCore: Sendable {
     func released(_ context: ConnectionContext) {
         guard context.pending != nil else { return }
         context.pending = nil
-        state.withLock { $0.suspended -= 1 }
+        withdraw()
     }
 
     func log(_ message: String) {

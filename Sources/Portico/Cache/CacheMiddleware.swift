@@ -52,7 +52,20 @@ public struct CacheMiddleware: ImmediateMiddleware {
     /// The primary key: authority and target as the client sent them (before `strip_prefix`).
     /// A route's `auth` runs inside the cache, so an injected credential is never part of it.
     public static func key(for request: GatewayRequest) -> String {
-        (request.head.authority ?? "").lowercased() + "\u{0}" + request.target
+        key(authority: request.head.authority, target: request.target)
+    }
+
+    /// The key for a target on an authority (case-insensitive) — built in one allocation: a hit
+    /// pays for it.
+    static func key(authority: String?, target: String) -> String {
+        var host = authority ?? ""
+        if host.utf8.contains(where: { $0 &- UInt8(ascii: "A") < 26 || $0 >= 0x80 }) { host = host.lowercased() }
+        var key = ""
+        key.reserveCapacity(host.utf8.count + 1 + target.utf8.count)
+        key += host
+        key += "\u{0}"
+        key += target
+        return key
     }
 
     public func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse {
@@ -367,22 +380,21 @@ public struct CacheMiddleware: ImmediateMiddleware {
     /// sent right after a successful validation.
     private func serve(_ entry: CacheEntry, to request: GatewayRequest, context: RequestContext, validated: Bool,
                        status: CacheStatus) -> GatewayResponse {
-        var fields = entry.headerFields
-        if !validated {
-            for name in entry.freshness.noCacheFields {
-                if let fieldName = HTTPField.Name(name) { fields[values: fieldName] = [] }
-            }
+        // Built once, sized for what is added: a hit is mostly this copy.
+        var fields = HTTPFields()
+        fields.reserveCapacity(entry.headerFields.count + 3)
+        let withheld = validated ? [] : entry.freshness.noCacheFields.compactMap { HTTPField.Name($0) }
+        for field in entry.headerFields where field.name != .age && !withheld.contains(field.name) {
+            fields.append(field)
         }
         let age = entry.age(at: context.clock.now).components.seconds
-        fields[.age] = String(max(0, age))
-        var response = GatewayResponse(status: entry.status, headerFields: fields,
+        fields.append(HTTPField(name: .age, value: String(max(0, age))))
+        let notModified = entry.status == .ok && ConditionalRequest.isConditional(request.headerFields)
+            && ConditionalRequest.isNotModified(request: request.headerFields, response: fields)
+        record(status, in: &fields, context: context)
+        let response = GatewayResponse(status: entry.status, headerFields: fields,
                                        body: request.method == .head ? .empty : Body(entry.body))
-        if entry.status == .ok, ConditionalRequest.isConditional(request.headerFields),
-           ConditionalRequest.isNotModified(request: request.headerFields, response: fields) {
-            response = ConditionalRequest.notModified(from: response)
-        }
-        record(status, in: &response.headerFields, context: context)
-        return response
+        return notModified ? ConditionalRequest.notModified(from: response) : response
     }
 
     private func serveStaleOnError(_ entry: CacheEntry, to request: GatewayRequest, context: RequestContext,
@@ -418,7 +430,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         for name in [HTTPField.Name.location, .contentLocation] {
             guard let value = response.headerFields[name],
                   let target = Self.sameOriginTarget(value, authority: request.head.authority, base: request.target) else { continue }
-            metrics.record(store.removeAll(for: (request.head.authority ?? "").lowercased() + "\u{0}" + target))
+            metrics.record(store.removeAll(for: Self.key(authority: request.head.authority, target: target)))
         }
         return response
     }

@@ -62,7 +62,9 @@ public struct CacheStatus: Sendable, Equatable {
 
     /// `portico; hit; ttl=42`, `portico; fwd=uri-miss; fwd-status=200; stored`, …
     public var headerValue: String {
-        var value = Self.cacheName
+        var value = ""
+        value.reserveCapacity(64)
+        value += Self.cacheName
         if forward == nil, outcome == .hit || outcome == .stale { value += "; hit" }
         if let forward { value += "; fwd=\(forward.rawValue)" }
         if let forwardStatus { value += "; fwd-status=\(forwardStatus)" }

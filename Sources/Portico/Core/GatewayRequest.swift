@@ -22,17 +22,24 @@ public struct GatewayRequest: Sendable {
     /// The target without its query.
     public var path: Substring {
         let target = self.target
-        if let q = target.firstIndex(of: "?") { return target[..<q] }
+        if let q = Self.queryStart(target) { return target[..<q] }
         return target[...]
     }
     /// The query without the `?`, if any.
     public var query: Substring? {
         let target = self.target
-        guard let q = target.firstIndex(of: "?") else { return nil }
-        return target[target.index(after: q)...]
+        guard let q = Self.queryStart(target) else { return nil }
+        return target[target.utf8.index(after: q)...]
+    }
+
+    /// Where `?` is: a byte search (a `Character` search would walk grapheme clusters).
+    private static func queryStart(_ target: String) -> String.Index? {
+        target.utf8.firstIndex(of: UInt8(ascii: "?"))
     }
     public var headerFields: HTTPFields {
         get { head.headerFields }
+        // In place: a get-then-set would copy the fields on every change.
+        _modify { yield &head.headerFields }
         set { head.headerFields = newValue }
     }
 }

@@ -18,6 +18,8 @@ public struct GatewayResponse: Sendable {
     public var status: HTTPResponse.Status { head.status }
     public var headerFields: HTTPFields {
         get { head.headerFields }
+        // In place: a get-then-set would copy the fields on every change.
+        _modify { yield &head.headerFields }
         set { head.headerFields = newValue }
     }
 }

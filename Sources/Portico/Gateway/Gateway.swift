@@ -119,7 +119,7 @@ public final class Gateway: Sendable {
 
         let request: GatewayRequest
         do {
-            request = try GatewayRequest(validating: serverRequest, scheme: scheme)
+            request = try GatewayRequest(validating: serverRequest, scheme: scheme, requestID: requestID)
         } catch {
             logger.debug("rejected malformed request", metadata: ["request_id": .string(requestID),
                                                                   "reason": .string(error.message)])
@@ -158,9 +158,7 @@ public final class Gateway: Sendable {
         if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }
         let context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,
                                      deadline: deadline, logger: logger, clock: clock)
-        var forwarded = request
-        forwarded.headerFields[.xRequestID] = requestID
-        return .routed(Exchange(route: route, request: forwarded, context: context, isHead: isHead, inFlight: inFlight))
+        return .routed(Exchange(route: route, request: request, context: context, isHead: isHead, inFlight: inFlight))
     }
 
     /// The error response for what a chain threw.
@@ -183,9 +181,7 @@ public final class Gateway: Sendable {
     }
 
     private func finish(_ response: GatewayResponse, requestID: String, isHead: Bool, close: Bool = false) -> ServerResponse {
-        var response = response
-        response.headerFields[.xRequestID] = requestID
-        var serverResponse = ServerResponse(response, isHead: isHead)
+        var serverResponse = ServerResponse(response, isHead: isHead, requestID: requestID)
         serverResponse.closeConnection = close || draining.load(ordering: .relaxed)
         return serverResponse
     }

@@ -5,12 +5,14 @@ import NIOCore
 /// Converting between the server's generic request/response and the gateway's typed ones.
 extension GatewayRequest {
     /// Validates what the server received and builds the typed request; malformed input becomes a 400.
-    init(validating request: ServerRequest, scheme: String = "http") throws(GatewayError) {
+    /// With `requestID`, the request carries it as its one `X-Request-ID` (the client's own fields
+    /// are replaced), set here rather than afterwards so the fields are built once.
+    init(validating request: ServerRequest, scheme: String = "http", requestID: String? = nil) throws(GatewayError) {
         guard let method = HTTPRequest.Method(request.method) else {
             throw .badRequest("invalid method")
         }
         var fields = HTTPFields()
-        fields.reserveCapacity(request.headers.count)
+        fields.reserveCapacity(request.headers.count + 1)
         var host: String?
         var hostCount = 0
         for (name, value) in request.headers {
@@ -20,17 +22,19 @@ extension GatewayRequest {
             guard HTTPField.isValidValue(value) else {
                 throw .badRequest("invalid characters in header field \(fieldName.canonicalName)")
             }
-            if fieldName.canonicalName == "host" {
+            if fieldName == ForwardingHeaders.host {
                 hostCount += 1
                 host = value
+            } else if requestID != nil, fieldName == .xRequestID {
+                continue
             }
             fields.append(HTTPField(name: fieldName, value: value))
         }
+        if let requestID { fields.append(HTTPField(name: .xRequestID, value: requestID)) }
         if hostCount > 1 { throw .badRequest("more than one Host header") }
         if hostCount == 0 && request.version == "HTTP/1.1" { throw .badRequest("missing Host header") }
         let target = try Self.originForm(request.target)
-        var head = HTTPRequest(method: method, scheme: scheme, authority: host, path: target)
-        head.headerFields = fields
+        let head = HTTPRequest(method: method, scheme: scheme, authority: host, path: target, headerFields: fields)
         self.init(head: head, body: request.body.isEmpty ? .empty : Body(bytes: request.body),
                   clientAddress: request.clientAddress, version: request.version)
     }
@@ -98,20 +102,39 @@ extension HTTPField {
 }
 
 extension ServerResponse {
-    /// The wire response for `response`; HEAD answers carry the upstream's Content-Length.
-    init(_ response: GatewayResponse, isHead: Bool) {
+    /// The wire response for `response`; HEAD answers carry the upstream's Content-Length. With
+    /// `requestID`, it is the response's one `X-Request-ID`. The body goes to libmicrohttpd
+    /// without a copy.
+    init(_ response: GatewayResponse, isHead: Bool, requestID: String? = nil) {
         var headers: [(name: String, value: String)] = []
-        headers.reserveCapacity(response.headerFields.count)
+        headers.reserveCapacity(response.headerFields.count + 1)
         var contentLength: UInt64?
         for field in response.headerFields {
             if field.name == .contentLength {
                 contentLength = UInt64(field.value)
                 continue
             }
+            if requestID != nil, field.name == .xRequestID { continue }
             headers.append((field.name.rawName, field.value))
         }
-        let body = response.body.buffer.map { Array($0.readableBytesView) } ?? []
-        self.init(status: response.status.code, headers: headers, body: body,
-                  headContentLength: isHead ? (contentLength ?? UInt64(body.count)) : nil)
+        if let requestID { headers.append((HTTPField.Name.xRequestID.rawName, requestID)) }
+        let buffer = response.body.buffer ?? ByteBuffer()
+        self.init(status: response.status.code, headers: headers,
+                  payload: buffer.readableBytes == 0 ? .bytes([]) : .shared(SharedBuffer(buffer)),
+                  headContentLength: isHead ? (contentLength ?? UInt64(buffer.readableBytes)) : nil)
+    }
+}
+
+/// A body buffer lent to libmicrohttpd. The buffer is immutable here, so its bytes stay where
+/// they are while libmicrohttpd holds this box (a writer elsewhere copies on write).
+final class SharedBuffer: SharedBytes {
+    let buffer: ByteBuffer
+
+    init(_ buffer: ByteBuffer) {
+        self.buffer = buffer
+    }
+
+    func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try buffer.withUnsafeReadableBytes(body)
     }
 }
