@@ -65,11 +65,13 @@ public final class HTTPServer: Sendable {
 
 /// Everything the C callbacks reach through their context pointer.
 final class ServerCore: Sendable {
-    /// The daemon pointer, set once by `start` and cleared by `stop`. libmicrohttpd's daemon
-    /// functions used here (`MHD_quiesce_daemon`, `MHD_stop_daemon`, `MHD_get_daemon_info`)
-    /// are called under `state`'s lock or after it is cleared, never concurrently with each other.
+    /// The daemons, one per thread, set once by `start` and cleared by `stop`. libmicrohttpd's
+    /// daemon functions used here (`MHD_stop_daemon`, `MHD_get_daemon_info`) are called under
+    /// `state`'s lock or after it is cleared, never concurrently with each other;
+    /// `MHD_add_connection` comes from the listener's thread, which `stop` ends first.
     struct Daemon: @unchecked Sendable {
-        let pointer: OpaquePointer
+        let pointers: [OpaquePointer]
+        let listener: Listener
         let logTarget: UnsafeMutablePointer<portico_log_target>
         let tls: DaemonTLSMemory?
     }
@@ -114,103 +116,100 @@ final class ServerCore: Sendable {
     var isDraining: Bool { draining.load(ordering: .relaxed) }
     var openConnections: Int {
         state.withLock { state in
-            state.daemon.map { Int(portico_mhd_current_connections($0.pointer)) } ?? 0
+            state.daemon.map { $0.pointers.reduce(0) { $0 + Int(portico_mhd_current_connections($1)) } } ?? 0
         }
     }
 
     func start() throws(MicroHTTPDError) -> UInt16 {
         let context = Unmanaged.passUnretained(self).toOpaque()
+        // epoll: one wake-up per ready connection, not a scan of all of them (poll) per turn.
+        // It is safe because libmicrohttpd has no listening socket to quiesce: `Listener`
+        // accepts, and spreads connections evenly over the threads.
+        var flags = MHD_USE_EPOLL_INTERNAL_THREAD.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_ITC.rawValue
+            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
+
+        let alreadyRunning = state.withLock { $0.daemon != nil || $0.stopped }
+        if alreadyRunning { throw .alreadyStarted }
+        var tls: DaemonTLSMemory?
+        if let settings = configuration.tls {
+            tls = try DaemonTLSMemory(settings)
+            flags |= MHD_USE_TLS.rawValue
+        }
+        let listener: Listener
+        do {
+            listener = try Listener(address: configuration.address, port: configuration.port,
+                                    backlog: configuration.listenBacklog)
+        } catch {
+            tls?.release()
+            throw error
+        }
+        ensureDescriptorLimit()
         let logTarget = UnsafeMutablePointer<portico_log_target>.allocate(capacity: 1)
         logTarget.initialize(to: portico_log_target(sink: mhdLogSink, context: context))
 
-        var storage = sockaddr_storage()
-        let addressOK = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
-            fillSocketAddress(configuration.address, port: configuration.port, into: raw)
-        }
-        guard addressOK else {
-            logTarget.deallocate()
-            throw .invalidAddress(configuration.address)
-        }
-        let isIPv6 = storage.ss_family == sa_family_t(AF_INET6)
-        ensureDescriptorLimit()
-
-        // poll(), not epoll: with epoll and internal threads, MHD_quiesce_daemon (the graceful
-        // stop) races the workers' own removal of the listen socket from their epoll sets and
-        // libmicrohttpd aborts ("Failed to remove listen FD from epoll set"), an open upstream
-        // defect that the test suite hit. poll() costs O(connections per thread) per wakeup.
-        var flags = MHD_USE_POLL_INTERNAL_THREAD.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
-            | MHD_USE_ERROR_LOG.rawValue
-        if isIPv6 { flags |= MHD_USE_IPv6.rawValue }
-
-        let alreadyRunning = state.withLock { $0.daemon != nil || $0.stopped }
-        if alreadyRunning {
-            logTarget.deallocate()
-            throw .alreadyStarted
-        }
-        var tls: DaemonTLSMemory?
-        if let settings = configuration.tls {
-            do {
-                tls = try DaemonTLSMemory(settings)
-            } catch {
-                logTarget.deallocate()
-                throw error
+        // One daemon per thread, each with its own internal thread, and the listener deals
+        // connections to them in turn: a thread pool inside one daemon picks the thread by
+        // descriptor number, and descriptors come in pairs here (see ConnectionTimer).
+        var daemons: [OpaquePointer] = []
+        for _ in 0..<max(1, configuration.threads) {
+            var c = portico_mhd_config()
+            c.flags = flags
+            c.thread_pool_size = 1
+            // The limit is enforced by `opened`, which closes a connection past it at once:
+            // libmicrohttpd's own would leave connections unserved. Every daemon gets room for
+            // all the allowed connections and the refused ones closing.
+            c.connection_limit = UInt32(clamping: max(1, configuration.connectionLimit) + Self.refusalHeadroom)
+            c.connection_timeout_seconds = UInt32(clamping: configuration.idleTimeout.components.seconds)
+            // The request head, libmicrohttpd's record of each field (about 56 bytes) and then
+            // the response head share this per-connection pool. libmicrohttpd zeroes all of it
+            // before every request on a connection, so its size is a per-request cost: 80 KiB
+            // cost 11 % of a core serving cache hits (bench/RESULTS.md).
+            c.connection_memory_limit = configuration.connectionMemoryBytes
+            c.strict_level = 1
+            c.access_handler = mhdAccessHandler
+            c.access_context = context
+            c.uri_log_callback = mhdURILog
+            c.uri_log_context = context
+            c.completed_callback = mhdRequestCompleted
+            c.completed_context = context
+            c.connection_callback = mhdConnectionNotify
+            c.connection_context = context
+            c.log_target = logTarget
+            let daemon = DaemonTLSMemory.priorities.withCString { priorities in
+                c.tls_cert_pem = UnsafePointer(tls?.certificate)
+                c.tls_key_pem = UnsafePointer(tls?.privateKey)
+                c.tls_priorities = tls == nil ? nil : priorities
+                return portico_mhd_start(&c)
             }
-            flags |= MHD_USE_TLS.rawValue
+            guard let daemon else { break }
+            daemons.append(daemon)
         }
-
-        let daemon: OpaquePointer? = withUnsafePointer(to: &storage) { storagePointer in
-            storagePointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                var c = portico_mhd_config()
-                c.flags = flags
-                c.port = configuration.port
-                c.bind_address = address
-                c.thread_pool_size = UInt32(max(1, configuration.threads))
-                // The limit is enforced by `opened`, which closes a connection past it at once.
-                // libmicrohttpd's own limit (split evenly over its threads) only stops its threads
-                // accepting, leaving new connections queued in the backlog, unanswered: every
-                // thread gets room for all the allowed connections and the refused ones closing.
-                let perThread = max(1, configuration.connectionLimit) + Self.refusalHeadroom
-                c.connection_limit = UInt32(clamping: perThread * max(1, configuration.threads))
-                c.connection_timeout_seconds = UInt32(clamping: configuration.idleTimeout.components.seconds)
-                // The request head, libmicrohttpd's record of each field (about 56 bytes) and then
-                // the response head share this per-connection pool. libmicrohttpd zeroes all of it
-                // before every request on a connection, so its size is a per-request cost: 80 KiB
-                // cost 11 % of a core serving cache hits (bench/RESULTS.md).
-                c.connection_memory_limit = configuration.connectionMemoryBytes
-                c.strict_level = 1
-                c.access_handler = mhdAccessHandler
-                c.access_context = context
-                c.uri_log_callback = mhdURILog
-                c.uri_log_context = context
-                c.completed_callback = mhdRequestCompleted
-                c.completed_context = context
-                c.connection_callback = mhdConnectionNotify
-                c.connection_context = context
-                c.listen_backlog = Int32(clamping: configuration.listenBacklog)
-                c.log_target = logTarget
-                return DaemonTLSMemory.priorities.withCString { priorities in
-                    c.tls_cert_pem = UnsafePointer(tls?.certificate)
-                    c.tls_key_pem = UnsafePointer(tls?.privateKey)
-                    c.tls_priorities = tls == nil ? nil : priorities
-                    return portico_mhd_start(&c)
-                }
-            }
-        }
-        guard let daemon else {
+        func release() {
+            listener.stop(handingTo: [])
+            for daemon in daemons { MHD_stop_daemon(daemon) }
             logTarget.deinitialize(count: 1)
             logTarget.deallocate()
             tls?.release()
+        }
+        guard daemons.count == max(1, configuration.threads) else {
             var detail = String(cString: strerror(errno))
+            release()
             // GnuTLS refusing the certificate or key is reported through the error log only.
             if tls != nil { detail += " (or libmicrohttpd refused the TLS certificate or key: see its log)" }
             throw .startFailed(address: configuration.address, port: configuration.port, detail: detail)
         }
-        let port = portico_mhd_bound_port(daemon)
+        do {
+            try listener.start(handingTo: daemons) { [weak self] message in self?.log(message) }
+        } catch {
+            release()
+            throw error
+        }
+        let port = listener.port
         let watchdog = Task { [weak self] () -> Void in
             await self?.watchDeadlines()
         }
         state.withLock { state in
-            state.daemon = Daemon(pointer: daemon, logTarget: logTarget, tls: tls)
+            state.daemon = Daemon(pointers: daemons, listener: listener, logTarget: logTarget, tls: tls)
             state.port = port
             state.watchdog = watchdog
         }
@@ -225,15 +224,8 @@ final class ServerCore: Sendable {
         }
         guard let daemon else { return }
 
-        // Stop accepting. libmicrohttpd hands back the listening socket, which must stay open
-        // until MHD_stop_daemon (its pool threads still remove it from their epoll sets; closing
-        // it early makes libmicrohttpd abort). shutdown() refuses new connections right away, but
-        // resets those the kernel has already completed: they are handed to libmicrohttpd first.
-        let listenFD = MHD_quiesce_daemon(daemon.pointer)
-        if listenFD >= 0 {
-            Self.handOverQueuedConnections(listenFD, to: daemon.pointer)
-            _ = Glibc.shutdown(listenFD, Int32(SHUT_RDWR))
-        }
+        // Stop accepting: connections the kernel already completed are served, new ones refused.
+        daemon.listener.stop(handingTo: daemon.pointers)
 
         // Open connections are still served (with `Connection: close`) until no request is in
         // flight; in that same instant the server starts closing, so a request arriving on an
@@ -271,14 +263,13 @@ final class ServerCore: Sendable {
         }
         watchdog?.cancel()
         await watchdog?.value
-        MHD_stop_daemon(daemon.pointer)
+        for pointer in daemon.pointers { MHD_stop_daemon(pointer) }
         // Connections libmicrohttpd closed without a close notification keep no descriptor of ours.
         let timers = state.withLock { state in
             defer { state.connections.removeAll() }
             return Array(state.connections.values)
         }
         for timer in timers { timer.markClosed() }
-        if listenFD >= 0 { close(listenFD) }
         daemon.logTarget.deinitialize(count: 1)
         daemon.logTarget.deallocate()
         daemon.tls?.release()
@@ -302,23 +293,6 @@ final class ServerCore: Sendable {
             log("a connection limit of \(configuration.connectionLimit) needs about \(wanted) file descriptors "
                 + "(two per connection, and upstream connections); the process may open \(limit.rlim_cur): "
                 + "raise its limit (LimitNOFILE) or lower the connection limit")
-        }
-    }
-
-    /// Accepts the connections waiting in the listen queue and gives them to the quiesced
-    /// daemon, which serves them like the others (it closes a socket it cannot take).
-    private static func handOverQueuedConnections(_ listenFD: Int32, to daemon: OpaquePointer) {
-        var ready = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
-        while poll(&ready, 1, 0) > 0, ready.revents & Int16(POLLIN) != 0 {
-            var address = sockaddr_storage()
-            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            let client = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { accept(listenFD, $0, &length) }
-            }
-            guard client >= 0 else { return }
-            _ = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(daemon, client, $0, length) }
-            }
         }
     }
 
@@ -446,23 +420,4 @@ final class ServerCore: Sendable {
         "Connection was closed by remote side with incomplete request",
         "Failed to send ",
     ]
-}
-
-/// Parses an IPv4 or IPv6 literal into a socket address.
-private func fillSocketAddress(_ address: String, port: UInt16, into raw: UnsafeMutableRawBufferPointer) -> Bool {
-    let host = address.hasPrefix("[") && address.hasSuffix("]") ? String(address.dropFirst().dropLast()) : address
-    if host.contains(":") {
-        var sin6 = sockaddr_in6()
-        sin6.sin6_family = sa_family_t(AF_INET6)
-        sin6.sin6_port = port.bigEndian
-        guard inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1 else { return false }
-        withUnsafeBytes(of: &sin6) { raw.copyMemory(from: $0) }
-        return true
-    }
-    var sin = sockaddr_in()
-    sin.sin_family = sa_family_t(AF_INET)
-    sin.sin_port = port.bigEndian
-    guard inet_pton(AF_INET, host, &sin.sin_addr) == 1 else { return false }
-    withUnsafeBytes(of: &sin) { raw.copyMemory(from: $0) }
-    return true
 }
