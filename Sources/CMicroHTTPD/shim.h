@@ -40,9 +40,7 @@ typedef void *(*portico_uri_log_callback)(void *cls, const char *uri, struct MHD
  * Portico sets is gathered in this struct and passed through MHD_OPTION_ARRAY.
  */
 struct portico_mhd_config {
-    unsigned int flags;
-    uint16_t port;
-    const struct sockaddr *bind_address;      /* NULL: any address */
+    unsigned int flags;                       /* with MHD_USE_NO_LISTEN_SOCKET: connections come from MHD_add_connection */
     unsigned int thread_pool_size;            /* 0 or 1: a single internal thread */
     unsigned int connection_limit;
     unsigned int connection_timeout_seconds;  /* idle timeout, 0 = none */
@@ -56,7 +54,6 @@ struct portico_mhd_config {
     void *completed_context;
     MHD_NotifyConnectionCallback connection_callback;
     void *connection_context;
-    int listen_backlog;
     /* MHD's own error messages; NULL: stderr */
     struct portico_log_target *log_target;
     /* TLS (flags must include MHD_USE_TLS): NUL-terminated PEM kept alive by the caller for the
@@ -76,11 +73,8 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_TIMEOUT, c->connection_timeout_seconds, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->connection_memory_limit, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_STRICT_FOR_CLIENT, c->strict_level, NULL };
-    opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL };
     if (c->thread_pool_size > 1)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, c->thread_pool_size, NULL };
-    if (c->bind_address != NULL)
-        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_SOCK_ADDR, 0, (void *)c->bind_address };
     if (c->uri_log_callback != NULL)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)c->uri_log_callback, c->uri_log_context };
     if (c->completed_callback != NULL)
@@ -93,20 +87,13 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem };
     if (c->tls_priorities != NULL)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)c->tls_priorities };
-    if (c->listen_backlog > 0)
-        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_LISTEN_BACKLOG_SIZE, c->listen_backlog, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
-    return MHD_start_daemon(c->flags, c->port, NULL, NULL,
+    return MHD_start_daemon(c->flags, 0, NULL, NULL,
                             c->access_handler, c->access_context,
                             MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 }
 
 /* MHD_get_daemon_info and MHD_get_connection_info return unions: flatten them. */
-static inline uint16_t portico_mhd_bound_port(struct MHD_Daemon *d) {
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    return info == NULL ? 0 : info->port;
-}
-
 static inline unsigned int portico_mhd_current_connections(struct MHD_Daemon *d) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     return info == NULL ? 0 : info->num_connections;

@@ -54,7 +54,10 @@ public final class HTTPServer: Sendable {
     public var inFlightRequests: Int { core.inFlightCount }
 
     /// Open client connections.
-    public var openConnections: Int { core.openConnections }
+    public var openConnections: Int { core.openConnectionsPerThread.reduce(0, +) }
+
+    /// Open client connections by thread (connections are dealt to the threads in turn).
+    public var openConnectionsPerThread: [Int] { core.openConnectionsPerThread }
 
     /// Stops accepting, lets in-flight requests finish for up to `grace`, answers those still
     /// running with 503, then stops the daemon. Idempotent.
@@ -103,7 +106,7 @@ final class ServerCore: Sendable {
     private let admissions = Atomic<Int>(0)
     private static let closingBit = 1
     private static let oneAdmission = 2
-    /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its poll loop).
+    /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its event loop).
     static let refusalHeadroom = 1024
 
     init(configuration: ServerConfiguration, answering: @escaping HTTPServer.Answering) {
@@ -114,9 +117,9 @@ final class ServerCore: Sendable {
     var port: UInt16 { state.withLock { $0.port } }
     var inFlightCount: Int { state.withLock { $0.inFlight.count } }
     var isDraining: Bool { draining.load(ordering: .relaxed) }
-    var openConnections: Int {
+    var openConnectionsPerThread: [Int] {
         state.withLock { state in
-            state.daemon.map { $0.pointers.reduce(0) { $0 + Int(portico_mhd_current_connections($1)) } } ?? 0
+            state.daemon.map { $0.pointers.map { Int(portico_mhd_current_connections($0)) } } ?? []
         }
     }
 
