@@ -12,8 +12,8 @@ import Glibc
 /// and whichever wakes first takes the whole burst, so a client opening 32 connections at once
 /// often had all of them served by one thread while the other idled (measured: 299 CPU ticks
 /// against 0). Dealt in turn, each daemon's thread gets its share. With no listening socket
-/// inside libmicrohttpd, stopping needs no `MHD_quiesce_daemon` either, which is what kept
-/// epoll out (it races the workers' own removal of that socket from their epoll sets and aborts).
+/// inside libmicrohttpd, stopping needs no `MHD_quiesce_daemon` either, and new connections are
+/// refused the moment the socket closes.
 final class Listener: Sendable {
     /// The listening socket (non-blocking), open until `stop`.
     let socket: Int32
@@ -114,8 +114,10 @@ final class Listener: Sendable {
         let listener: Listener
         let daemons: Daemons
         let log: @Sendable (String) -> Void
-        /// The daemon the next connection goes to; only this loop's thread touches it.
+        /// The daemon the next connection goes to.
         private let next = Atomic<Int>(0)
+        /// Out of descriptors since the last accept: said once, and again when it is over.
+        private let paused = Atomic<Bool>(false)
 
         /// libmicrohttpd's daemons. Sendable because the one call made on them here,
         /// `MHD_add_connection`, may come from any thread: each daemon runs its own thread and
@@ -167,11 +169,16 @@ final class Listener: Sendable {
                     switch errno {
                     case EINTR, ECONNABORTED, EPROTO: continue
                     case EMFILE, ENFILE, ENOBUFS, ENOMEM:
-                        log("accepting paused: \(String(cString: strerror(errno))) (raise the descriptor limit or lower listen.connection_limit)")
+                        let reason = String(cString: strerror(errno))
+                        if !paused.exchange(true, ordering: .relaxed) {
+                            log("accepting paused: \(reason); new connections wait in the backlog "
+                                + "(raise the descriptor limit or lower listen.connection_limit)")
+                        }
                         return false
                     default: return true  // EAGAIN: the queue is empty
                     }
                 }
+                if paused.exchange(false, ordering: .relaxed) { log("accepting resumed") }
                 _ = fcntl(client, F_SETFD, FD_CLOEXEC)
                 // libmicrohttpd makes it non-blocking, and closes it itself when it cannot take it.
                 let turn = next.wrappingAdd(1, ordering: .relaxed).oldValue
