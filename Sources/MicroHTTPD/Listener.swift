@@ -36,10 +36,16 @@ final class Listener: Sendable {
         let fd = Glibc.socket(Int32(storage.ss_family), Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
                               | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw failure("socket") }
+        // SO_REUSEADDR: a restart binds at once despite connections in TIME_WAIT. Not
+        // SO_REUSEPORT: a second gateway on the same port must fail, not silently share it.
+        // An IPv6 address serves IPv6 only, as libmicrohttpd's own listener did.
         var on: Int32 = 1
+        let optionSize = socklen_t(MemoryLayout<Int32>.size)
+        let isIPv6 = storage.ss_family == sa_family_t(AF_INET6)
         let bound = withUnsafePointer(to: &storage) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0
+                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, optionSize) == 0
+                    && (!isIPv6 || setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, optionSize) == 0)
                     && bind(fd, address, length) == 0
             }
         }
@@ -166,16 +172,19 @@ final class Listener: Sendable {
                     }
                 }
                 if client < 0 {
-                    switch errno {
+                    let code = errno
+                    switch code {
                     case EINTR, ECONNABORTED, EPROTO: continue
-                    case EMFILE, ENFILE, ENOBUFS, ENOMEM:
-                        let reason = String(cString: strerror(errno))
+                    case EAGAIN, EWOULDBLOCK: return true  // the queue is empty
+                    default:
+                        // Out of descriptors or memory (or anything unexpected): the connection
+                        // stays queued, and the caller waits before trying again.
                         if !paused.exchange(true, ordering: .relaxed) {
-                            log("accepting paused: \(reason); new connections wait in the backlog "
-                                + "(raise the descriptor limit or lower listen.connection_limit)")
+                            var advice = ""
+                            if code == EMFILE || code == ENFILE { advice = " (raise the descriptor limit or lower listen.connection_limit)" }
+                            log("accepting paused: \(String(cString: strerror(code))); new connections wait in the backlog\(advice)")
                         }
                         return false
-                    default: return true  // EAGAIN: the queue is empty
                     }
                 }
                 if paused.exchange(false, ordering: .relaxed) { log("accepting resumed") }
