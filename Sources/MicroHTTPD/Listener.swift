@@ -17,7 +17,8 @@ import Glibc
 final class Listener: Sendable {
     /// The listening socket (non-blocking), open until `stop`.
     let socket: Int32
-    /// The port it is bound to.
+    /// The address it is bound to, as configured, and the port (the kernel's pick for port 0).
+    let address: String
     let port: UInt16
     /// A pipe `stop` writes to, to wake the accepting thread.
     private let wake: (read: Int32, write: Int32)
@@ -72,12 +73,13 @@ final class Listener: Sendable {
         }
         for descriptor in pipeFDs { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
         self.socket = fd
+        self.address = address
         self.wake = (pipeFDs[0], pipeFDs[1])
         self.port = Self.port(of: actual)
     }
 
-    /// Starts the thread that accepts and hands connections to `daemon`; `log` gets the
-    /// failures worth an operator's attention (out of descriptors).
+    /// Starts the thread that accepts and deals connections to `daemons` in turn; `log` gets
+    /// the failures worth an operator's attention (out of descriptors).
     func start(handingTo daemons: [OpaquePointer], log: @escaping @Sendable (String) -> Void) throws(MicroHTTPDError) {
         let work = AcceptLoop(listener: self, daemons: daemons, log: log)
         var thread = pthread_t()
@@ -89,7 +91,8 @@ final class Listener: Sendable {
         }, context)
         guard started == 0 else {
             Unmanaged<AcceptLoop>.fromOpaque(context).release()
-            throw .startFailed(address: "", port: port, detail: "unable to start the accepting thread (\(started))")
+            throw .startFailed(address: address, port: port,
+                               detail: "unable to start the accepting thread: \(String(cString: strerror(started)))")
         }
         state.withLock { $0.thread = thread }
     }
