@@ -34,14 +34,12 @@ public final class RecordingUpstream: Sendable {
         var received: [Received] = []
         var unframed: [UInt8] = []
         var port = 0
-        var server: Server?
-        var task: Task<Void, Never>?
     }
 
     private typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
-    private typealias Server = NIOAsyncChannel<Connection, Never>
 
     private let state: Mutex<State>
+    private let loopback = LoopbackServer<Connection>()
     /// Requests are small in tests; a connection buffering more than this is cut off.
     private static let maxBufferedBytes = 8 * 1024 * 1024
 
@@ -57,32 +55,17 @@ public final class RecordingUpstream: Sendable {
     public var unframedBytes: [UInt8] { state.withLock { $0.unframed } }
 
     public func start() async throws {
-        let server: Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let server: LoopbackServer<Connection>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture { try Connection(wrappingChannelSynchronously: channel) }
             }
-        let task = Task<Void, Never> { [self] in
-            _ = try? await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await connection in inbound {
-                        group.addTask { await self.serve(connection) }
-                    }
-                }
-            }
-        }
-        state.withLock {
-            $0.port = server.channel.localAddress?.port ?? 0
-            $0.server = server
-            $0.task = task
-        }
+        let port = loopback.run(server) { [self] connection in await serve(connection) }
+        state.withLock { $0.port = port }
     }
 
     public func shutdown() async {
-        let (server, task) = state.withLock { ($0.server, $0.task) }
-        try? await server?.channel.close()
-        task?.cancel()
-        await task?.value
+        await loopback.shutdown()
     }
 
     private func serve(_ connection: Connection) async {

@@ -161,14 +161,12 @@ public final class TestUpstream: Sendable {
     }
 
     private typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>
-    private typealias Server = NIOAsyncChannel<Connection, Never>
+    private let loopback = LoopbackServer<Connection>()
 
     private struct State {
         var routes: [String: Handler] = [:]
         var hits: [String: Int] = [:]
         var port: Int = 0
-        var server: Server?
-        var task: Task<Void, Never>?
     }
 
     private let fallback: Handler
@@ -206,7 +204,7 @@ public final class TestUpstream: Sendable {
 
     public func start() async throws {
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
-        let server: Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let server: LoopbackServer<Connection>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -220,29 +218,13 @@ public final class TestUpstream: Sendable {
                     return try Connection(wrappingChannelSynchronously: channel)
                 }
             }
-        let port = server.channel.localAddress?.port ?? 0
-        let task = Task<Void, Never> { [self] in
-            _ = try? await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await connection in inbound {
-                        group.addTask { await self.serve(connection) }
-                    }
-                }
-            }
-        }
-        state.withLock {
-            $0.port = port
-            $0.server = server
-            $0.task = task
-        }
+        let port = loopback.run(server) { [self] connection in await serve(connection) }
+        state.withLock { $0.port = port }
     }
 
     /// Closes the listener and every connection, including ones waiting in `never`.
     public func shutdown() async {
-        let (server, task) = state.withLock { ($0.server, $0.task) }
-        try? await server?.channel.close()
-        task?.cancel()
-        await task?.value
+        await loopback.shutdown()
     }
 
     private func serve(_ connection: Connection) async {
