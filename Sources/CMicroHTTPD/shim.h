@@ -40,8 +40,7 @@ typedef void *(*portico_uri_log_callback)(void *cls, const char *uri, struct MHD
  * Portico sets is gathered in this struct and passed through MHD_OPTION_ARRAY.
  */
 struct portico_mhd_config {
-    unsigned int flags;                       /* with MHD_USE_NO_LISTEN_SOCKET: connections come from MHD_add_connection */
-    unsigned int thread_pool_size;            /* 0 or 1: a single internal thread */
+    unsigned int flags;                       /* one internal thread; with MHD_USE_NO_LISTEN_SOCKET connections come from MHD_add_connection */
     unsigned int connection_limit;
     unsigned int connection_timeout_seconds;  /* idle timeout, 0 = none */
     size_t connection_memory_limit;           /* per-connection buffer for the head and body chunks */
@@ -73,8 +72,6 @@ static inline struct MHD_Daemon *portico_mhd_start(const struct portico_mhd_conf
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_TIMEOUT, c->connection_timeout_seconds, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->connection_memory_limit, NULL };
     opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_STRICT_FOR_CLIENT, c->strict_level, NULL };
-    if (c->thread_pool_size > 1)
-        opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, c->thread_pool_size, NULL };
     if (c->uri_log_callback != NULL)
         opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)c->uri_log_callback, c->uri_log_context };
     if (c->completed_callback != NULL)

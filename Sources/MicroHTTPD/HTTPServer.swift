@@ -159,7 +159,6 @@ final class ServerCore: Sendable {
         for _ in 0..<max(1, configuration.threads) {
             var c = portico_mhd_config()
             c.flags = flags
-            c.thread_pool_size = 1
             // The limit is enforced by `opened`, which closes a connection past it at once:
             // libmicrohttpd's own would leave connections unserved. Every daemon gets room for
             // all the allowed connections and the refused ones closing.
