@@ -29,10 +29,12 @@ enum FuzzTarget: String, CaseIterable, Sendable {
                 fields[HTTPField.Name("Pragma")!] = text
                 fields[HTTPField.Name("Age")!] = text
                 fields[HTTPField.Name("Expires")!] = text
+                fields[HTTPField.Name("CDN-Cache-Control")!] = text
             }
             _ = RequestDirectives(fields)
             _ = ResponseFreshness(status: 200, headerFields: fields, requestTime: Date(timeIntervalSince1970: 1_000_000),
-                                  responseTime: Date(timeIntervalSince1970: 1_000_001))
+                                  responseTime: Date(timeIntervalSince1970: 1_000_001),
+                                  targets: [HTTPField.Name("CDN-Cache-Control")!])
         case .acceptEncoding:
             _ = AcceptEncoding(fieldValues: [text, text])
             if let q = AcceptEncoding.qvalue(text) { check((0...1000).contains(q), "q-value out of range", text) }

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Logging
 import Portico
 import PorticoTesting
@@ -215,6 +216,34 @@ struct CacheTests {
             let post = try await gateway.request("POST", "/api/item", body: Array("x".utf8))
             #expect(post.status == 204 && post.header("Cache-Status") == "portico; fwd=method; fwd-status=204")
             #expect(try await gateway.request("GET", "/api/item").bodyText == "v2")
+        }
+    }
+
+    @Test("targeted_cache_control: CDN-Cache-Control governs the cache, Cache-Control still reaches the client")
+    func targetedCacheControl() async throws {
+        let upstream = TestUpstream()
+        let version = CallCounter()
+        upstream.route("/api/feed") { _ in
+            TestUpstream.Response(status: 200, headers: [("Cache-Control", "no-store"), ("CDN-Cache-Control", "max-age=60")],
+                                  body: "v\(version.next())")
+        }
+        let clock = ManualClock()
+        try await withCachingGateway(upstream, clock: clock, { $0.targetedCacheControl = [HTTPField.Name("CDN-Cache-Control")!] }) { gateway in
+            #expect(try await gateway.request("GET", "/api/feed").bodyText == "v1")
+            let hit = try await gateway.request("GET", "/api/feed")
+            #expect(hit.bodyText == "v1")
+            #expect(hit.header("Cache-Status") == "portico; hit; ttl=60")
+            #expect(hit.header("Cache-Control") == "no-store" && hit.header("CDN-Cache-Control") == "max-age=60")
+            clock.advance(by: .seconds(61))
+            #expect(try await gateway.request("GET", "/api/feed").bodyText == "v2")
+            #expect(upstream.hits("/api/feed") == 2)
+        }
+        // Without the setting the same upstream is not cached at all.
+        try await withCachingGateway(upstream, clock: ManualClock()) { gateway in
+            let first = try await gateway.request("GET", "/api/feed")
+            let second = try await gateway.request("GET", "/api/feed")
+            #expect(first.bodyText == "v3" && second.bodyText == "v4")
+            #expect(second.header("Cache-Status") == "portico; fwd=uri-miss; fwd-status=200")
         }
     }
 }

@@ -1,3 +1,5 @@
+import HTTPTypes
+
 /// `type: cache` — a shared HTTP cache (RFC 9111) in memory.
 public struct CacheConfig: Sendable, Equatable {
     /// All stored responses together (bodies, headers, keys) stay under this many bytes;
@@ -19,6 +21,9 @@ public struct CacheConfig: Sendable, Equatable {
     /// Keys with a fetch in flight that other requests may wait on, and background refreshes
     /// running at once (each bounded separately).
     public var maxInFlight: Int = 1024
+    /// Targeted cache-control fields (RFC 9213) this cache obeys, in order of preference, before
+    /// `Cache-Control` and `Expires` — e.g. `CDN-Cache-Control`. Empty: only `Cache-Control`.
+    public var targetedCacheControl: [HTTPField.Name] = []
     /// Also send `X-Cache: HIT|MISS|STALE|REVALIDATED|BYPASS` (besides `Cache-Status`).
     public var xCache: Bool = false
 

@@ -23,6 +23,10 @@ public struct CacheControl: Sendable, Equatable {
     /// The largest delta-seconds a cache needs to represent (§1.2.2): larger values saturate.
     public static let maxDeltaSeconds = 2_147_483_648
 
+    /// An argument no delta-seconds reading accepts: what a wrongly typed member of a targeted
+    /// field becomes, so `seconds` reports it `invalid` like a malformed `Cache-Control` value.
+    static let malformedArgument = ""
+
     public private(set) var directives: [Directive] = []
 
     public init(directives: [Directive] = []) {

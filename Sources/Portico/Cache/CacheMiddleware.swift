@@ -254,13 +254,14 @@ public struct CacheMiddleware: ImmediateMiddleware {
         let now = clock.now
 
         if response.status == .notModified, validating, let stored {
-            let excluded = CacheControl(response.headerFields).fieldNames("private") ?? []
+            let governing = policy.directives(of: response.headerFields).directives
+            let excluded = governing.fieldNames("private") ?? []
             if let updated = policy.freshen(stored, with: response, requestTime: requestTime, responseTime: responseTime,
                                             now: now, excludingFields: excluded) {
                 metrics.revalidated("not_modified")
                 // The upstream forbidding storage drops the entry; a client's no-store only
                 // keeps this exchange out of the cache.
-                let upstreamNoStore = CacheControl(response.headerFields).contains("no-store")
+                let upstreamNoStore = governing.contains("no-store")
                 let keep = !directives.noStore && !upstreamNoStore
                 if keep {
                     metrics.record(store.insert(updated))
@@ -326,9 +327,8 @@ public struct CacheMiddleware: ImmediateMiddleware {
     private func makeEntry(request: GatewayRequest, response: GatewayResponse, key: String, directives: RequestDirectives,
                            requestTime: Date, responseTime: Date, now: ContinuousClock.Instant) -> CacheEntry? {
         guard let body = response.body.buffer, body.readableBytes <= config.maxObjectBytes else { return nil }
-        let freshness = ResponseFreshness(status: response.status.code, headerFields: response.headerFields,
-                                          requestTime: requestTime, responseTime: responseTime,
-                                          heuristicFraction: config.heuristicFraction, heuristicMax: config.heuristicMax)
+        let freshness = policy.freshness(status: response.status.code, headerFields: response.headerFields,
+                                         requestTime: requestTime, responseTime: responseTime)
         guard case .store(let excluded) = policy.storability(request: directives, response: response, freshness: freshness),
               let vary = VaryKey(response: response.headerFields, request: request.headerFields) else {
             return nil

@@ -25,9 +25,23 @@ public struct CachePolicy: Sendable {
         case no(reason: String)
     }
 
+    /// The directives that govern a response here: the first configured targeted field with a
+    /// valid value (RFC 9213), else `Cache-Control`.
+    public func directives(of fields: HTTPFields) -> ResponseCacheControl {
+        ResponseCacheControl(fields, targets: config.targetedCacheControl)
+    }
+
+    /// The freshness of a response received between `requestTime` and `responseTime`.
+    public func freshness(status: Int, headerFields: HTTPFields, requestTime: Date, responseTime: Date) -> ResponseFreshness {
+        ResponseFreshness(status: status, headerFields: headerFields, requestTime: requestTime, responseTime: responseTime,
+                          heuristicFraction: config.heuristicFraction, heuristicMax: config.heuristicMax,
+                          targets: config.targetedCacheControl)
+    }
+
     /// §3 for a response to a GET (the caller only asks for GETs).
     public func storability(request: RequestDirectives, response: GatewayResponse, freshness: ResponseFreshness) -> Storability {
-        let cc = CacheControl(response.headerFields)
+        let governing = directives(of: response.headerFields)
+        let cc = governing.directives
         let status = response.status.code
         guard Self.understoodStatuses.contains(status) else { return .no(reason: "status") }
         if request.noStore || cc.contains("no-store") { return .no(reason: "no-store") }
@@ -40,7 +54,8 @@ public struct CachePolicy: Sendable {
         if response.headerFields[.setCookie] != nil && !(cc.contains("public") || cc.contains("s-maxage")) {
             return .no(reason: "set-cookie")
         }
-        let explicit = cc.contains("max-age") || cc.contains("s-maxage") || response.headerFields[.expires] != nil
+        let explicit = cc.contains("max-age") || cc.contains("s-maxage")
+            || (governing.honoursExpires && response.headerFields[.expires] != nil)
         let heuristic = ResponseFreshness.heuristicallyCacheable.contains(status) || cc.contains("public")
         guard explicit || heuristic else { return .no(reason: "no-freshness") }
         // A response that is stale at once and cannot be validated could never be reused.
@@ -134,9 +149,8 @@ public struct CachePolicy: Sendable {
         if notModified.headerFields[.date] == nil { fields[.date] = HTTPDate.format(responseTime) }
         var updated = entry
         updated.headerFields = fields
-        updated.freshness = ResponseFreshness(status: entry.status.code, headerFields: fields, requestTime: requestTime,
-                                              responseTime: responseTime, heuristicFraction: config.heuristicFraction,
-                                              heuristicMax: config.heuristicMax)
+        updated.freshness = freshness(status: entry.status.code, headerFields: fields, requestTime: requestTime,
+                                      responseTime: responseTime)
         updated.receivedAt = now
         return updated
     }

@@ -26,9 +26,12 @@ public struct ResponseFreshness: Sendable, Equatable {
     /// Statuses cacheable by default (RFC 9110 §15.1).
     public static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
 
+    /// `targets`: the targeted fields (RFC 9213) this cache obeys before `Cache-Control`.
     public init(status: Int, headerFields fields: HTTPFields, requestTime: Date, responseTime: Date,
-                heuristicFraction: Double = 0, heuristicMax: Duration = .seconds(86_400)) {
-        let cc = CacheControl(fields)
+                heuristicFraction: Double = 0, heuristicMax: Duration = .seconds(86_400),
+                targets: [HTTPField.Name] = []) {
+        let governing = ResponseCacheControl(fields, targets: targets)
+        let cc = governing.directives
         let date = Self.singleDate(fields, .date) ?? responseTime
 
         // §4.2.1: s-maxage, then max-age, then Expires − Date, then heuristics. A malformed or
@@ -43,7 +46,7 @@ public struct ResponseFreshness: Sendable, Equatable {
             }
             break
         }
-        if explicit == nil, !invalid, !fields[values: .expires].isEmpty {
+        if explicit == nil, !invalid, governing.honoursExpires, !fields[values: .expires].isEmpty {
             if let expires = Self.singleDate(fields, .expires) {
                 explicit = Self.duration(max(0, expires.timeIntervalSince(date)))
             } else {

@@ -1,3 +1,5 @@
+import HTTPTypes
+
 extension CacheConfig {
     /// `type: cache`.
     static func parse(_ m: ConfigMapping) -> CacheConfig? {
@@ -13,9 +15,29 @@ extension CacheConfig {
         }
         m.read("max_in_flight", into: &c.maxInFlight) { $0.int(in: 1...1_000_000) }
         m.read("x_cache", into: &c.xCache) { $0.bool() }
+        m.read("targeted_cache_control", into: &c.targetedCacheControl) { $0.targetedFieldNames() }
         if c.maxObjectBytes > c.maxBytes {
             (m.value("max_object_bytes") ?? m.value("max_bytes") ?? m.node).error("must not be greater than max_bytes")
         }
         return c
+    }
+}
+
+extension ConfigNode {
+    /// `targeted_cache_control`: distinct field names, `Cache-Control` itself excluded.
+    fileprivate func targetedFieldNames() -> [HTTPField.Name]? {
+        guard let items = list() else { return nil }
+        var names: [HTTPField.Name] = []
+        for item in items {
+            guard let text = item.headerName(), let name = HTTPField.Name(text) else { continue }
+            if name == .cacheControl {
+                item.error("Cache-Control is what targeted fields take precedence over; list only targeted fields such as CDN-Cache-Control")
+            } else if names.contains(name) {
+                item.error("\(text) is listed twice")
+            } else {
+                names.append(name)
+            }
+        }
+        return names
     }
 }

@@ -29,12 +29,14 @@ struct CacheConfigTests {
                 revalidation_timeout: 3s
                 max_in_flight: 64
                 x_cache: true
+                targeted_cache_control: [Portico-Cache-Control, CDN-Cache-Control]
 
             """))
         #expect(c.maxBytes == 256 << 20 && c.maxObjectBytes == 8 << 20)
         #expect(c.heuristicFraction == 0.1 && c.heuristicMax == .seconds(43_200))
         #expect(c.staleWhileRevalidate == .seconds(30) && c.staleIfError == .seconds(300))
         #expect(c.revalidationTimeout == .seconds(3) && c.maxInFlight == 64 && c.xCache)
+        #expect(c.targetedCacheControl.map(\.canonicalName) == ["portico-cache-control", "cdn-cache-control"])
     }
 
     @Test("invalid values name the key", arguments: [
@@ -45,6 +47,12 @@ struct CacheConfigTests {
         ("revalidation_timeout: 0", "middleware.c.revalidation_timeout: must be greater than 0"),
         ("max_in_flight: 0", "middleware.c.max_in_flight: must be between 1 and 1000000, got 0"),
         ("x_cache: maybe", "middleware.c.x_cache: expected true or false, got \"maybe\""),
+        ("targeted_cache_control: [Cache-Control]", "middleware.c.targeted_cache_control[0]: Cache-Control is what "
+            + "targeted fields take precedence over; list only targeted fields such as CDN-Cache-Control"),
+        ("targeted_cache_control: [CDN-Cache-Control, cdn-cache-control]",
+         "middleware.c.targeted_cache_control[1]: cdn-cache-control is listed twice"),
+        ("targeted_cache_control: [\"CDN Cache\"]", "middleware.c.targeted_cache_control[0]: invalid header name \"CDN Cache\""),
+        ("targeted_cache_control: CDN-Cache-Control", "middleware.c.targeted_cache_control: expected a list, got \"CDN-Cache-Control\""),
         ("max_bytez: 1MiB", "middleware.c.max_bytez: unknown key \"max_bytez\" (did you mean \"max_bytes\"?)"),
     ])
     func invalid(line: String, expected: String) {

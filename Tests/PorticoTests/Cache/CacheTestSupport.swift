@@ -46,9 +46,8 @@ enum CacheFixture {
                       clock: ManualClock, config: CacheConfig = CacheConfig(), key: String = "api.test\u{0}/items/1",
                       body: String = "payload") -> CacheEntry {
         let response = response(status, headers: headers, body: body)
-        let freshness = ResponseFreshness(status: status, headerFields: response.headerFields, requestTime: clock.wallNow,
-                                          responseTime: clock.wallNow, heuristicFraction: config.heuristicFraction,
-                                          heuristicMax: config.heuristicMax)
+        let freshness = CachePolicy(config).freshness(status: status, headerFields: response.headerFields,
+                                                      requestTime: clock.wallNow, responseTime: clock.wallNow)
         return CacheEntry(key: key, vary: VaryKey(response: response.headerFields, request: fields(request))!,
                           status: response.status, headerFields: response.headerFields, body: response.body.buffer!,
                           freshness: freshness, receivedAt: clock.now, storedWithAuthorization: false)

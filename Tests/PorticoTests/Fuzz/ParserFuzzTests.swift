@@ -98,7 +98,8 @@ struct ParserFuzzTests {
     func cacheControl() async {
         let examples = ["max-age=60", "no-cache, no-store", "private=\"set-cookie, x\", s-maxage=10", "public, max-age=\"30\"",
                         "stale-while-revalidate=5, stale-if-error=60", "no-cache=\"a\\\"b\"", "must-revalidate, immutable, max-stale",
-                        "min-fresh=10, only-if-cached", "max-age=9999999999999999999999"]
+                        "min-fresh=10, only-if-cached", "max-age=9999999999999999999999",
+                        "max-age=60;a=?0, private=\"x\"", "max-age=(1 2), *x=?1", "max-age=1.5, no-store=:AAA=:"]
         for await input in Self.inputs(examples, count: 20_000, seed: 2) {
             let parsed = CacheControl(parsing: input)
             _ = parsed
@@ -106,11 +107,14 @@ struct ParserFuzzTests {
             if Self.isFieldValue(input) {
                 fields[.cacheControl] = input
                 fields[HTTPField.Name("Pragma")!] = input
+                fields[HTTPField.Name("CDN-Cache-Control")!] = input
             }
             _ = RequestDirectives(fields)
-            let freshness = ResponseFreshness(status: 200, headerFields: fields, requestTime: Date(timeIntervalSince1970: 1_000_000),
-                                              responseTime: Date(timeIntervalSince1970: 1_000_001))
-            _ = freshness
+            for targets in [[], [HTTPField.Name("CDN-Cache-Control")!]] {
+                let freshness = ResponseFreshness(status: 200, headerFields: fields, requestTime: Date(timeIntervalSince1970: 1_000_000),
+                                                  responseTime: Date(timeIntervalSince1970: 1_000_001), targets: targets)
+                #expect(freshness.lifetime >= .zero && freshness.initialAge >= .zero)
+            }
         }
     }
 
