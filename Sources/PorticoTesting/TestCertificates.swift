@@ -10,8 +10,8 @@ import Synchronization
 ///   (clientAuth).
 /// - `otherCA`: an unrelated root that signs `wrongCA` (same names as `server`).
 ///
-/// Keys are P-256 and unencrypted. Made once per test process (`shared`); the directory is
-/// left for the OS to clean (tests in parallel share it).
+/// Keys are P-256 and unencrypted. Made once per test process (`shared`), which tests running
+/// in parallel share; the directory is removed when the process exits.
 public struct TestCertificates: Sendable {
     /// A certificate and its key, as files and as PEM bytes.
     public struct Pair: Sendable {
@@ -49,10 +49,21 @@ public struct TestCertificates: Sendable {
 
     private static let generation = Mutex<Task<TestCertificates, any Error>?>(nil)
 
+    /// The shared set's directory, for the exit handler (which cannot capture anything).
+    private static let sharedDirectory = Mutex<String?>(nil)
+
     private static func generateOnThread() async throws -> TestCertificates {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                continuation.resume(with: Result { () throws(Failure) in try TestCertificates() })
+                let result = Result { () throws(Failure) in try TestCertificates() }
+                if case .success(let made) = result {
+                    sharedDirectory.withLock { $0 = made.directory }
+                    atexit {
+                        guard let directory = TestCertificates.sharedDirectory.withLock({ $0 }) else { return }
+                        try? FileManager.default.removeItem(atPath: directory)
+                    }
+                }
+                continuation.resume(with: result)
             }
             thread.name = "portico-test-certificates"
             thread.start()
