@@ -19,7 +19,7 @@ extension GatewayRequest {
             guard let fieldName = HTTPField.Name(name) else {
                 throw .badRequest("invalid header field name")
             }
-            guard HTTPField.isValidValue(value) else {
+            guard HTTPField.isReceivedValue(value) else {
                 throw .badRequest("invalid characters in header field \(fieldName.canonicalName)")
             }
             if fieldName == ForwardingHeaders.host {
@@ -95,8 +95,10 @@ extension GatewayRequest {
 }
 
 extension HTTPField {
-    /// RFC 9110 field-value: no CR, LF or NUL (other controls are refused too, tab excepted).
-    static func isValidValue(_ value: String) -> Bool {
+    /// A received field value: no CR, LF or NUL (other controls are refused too, tab excepted).
+    /// Unlike swift-http-types' `isValidValue` it does not insist on trimmed values: what
+    /// libmicrohttpd hands over is trimmed already, and a stray edge tab is no reason for a 400.
+    static func isReceivedValue(_ value: String) -> Bool {
         value.utf8.allSatisfy { $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 || $0 >= 0x80 }
     }
 }
