@@ -167,6 +167,8 @@ public final class TestUpstream: Sendable {
         var routes: [String: Handler] = [:]
         var hits: [String: Int] = [:]
         var port: Int = 0
+        var accepted = 0
+        var open = 0
     }
 
     private let fallback: Handler
@@ -195,6 +197,9 @@ public final class TestUpstream: Sendable {
     }
 
     public var totalHits: Int { state.withLock { $0.hits.values.reduce(0, +) } }
+
+    /// Connections accepted so far, and those still open (a client's pool reusing or dropping them).
+    public var connections: (accepted: Int, open: Int) { state.withLock { ($0.accepted, $0.open) } }
 
     /// The bound port (0 before `start()`).
     public var port: Int { state.withLock { $0.port } }
@@ -228,6 +233,8 @@ public final class TestUpstream: Sendable {
     }
 
     private func serve(_ connection: Connection) async {
+        state.withLock { $0.accepted += 1; $0.open += 1 }
+        defer { state.withLock { $0.open -= 1 } }
         try? await connection.executeThenClose { inbound, outbound in
             var head: HTTPRequestHead?
             var body: [UInt8] = []

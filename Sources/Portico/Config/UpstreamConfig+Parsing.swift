@@ -8,6 +8,13 @@ extension UpstreamConfig {
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
         m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
         m.read("max_connections", into: &c.maxConnections) { $0.int(in: 1...Int.max) }
+        if let node = m.value("idle_timeout") {
+            if c.transport == .urlsession {
+                node.error("the urlsession transport keeps idle connections as libcurl decides; use transport: nio to set it")
+            } else if let timeout = node.duration(positive: true) {
+                c.idleTimeout = timeout
+            }
+        }
         m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
         m.read("max_response_bytes", into: &c.maxResponseBytes) { $0.size() }
         if let tlsNode = m.value("tls"), let tls = tlsNode.mapping() {

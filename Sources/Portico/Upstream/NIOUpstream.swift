@@ -35,7 +35,7 @@ final class NIOUpstream: UpstreamClient {
         // AsyncHTTPClient also bounds the wait for a free pooled connection by `connect`: a burst
         // larger than `max_connections` that waits longer than `connect_timeout` fails with 504.
         configuration.timeout = .init(connect: TimeAmount(config.connectTimeout), read: TimeAmount(config.timeout))
-        configuration.connectionPool = .init(idleTimeout: .seconds(60),
+        configuration.connectionPool = .init(idleTimeout: TimeAmount(config.idleTimeout),
                                              concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections))
         // Fail fast when the upstream refuses: the retry middleware owns retries and their budget.
         configuration.connectionPool.retryConnectionEstablishment = false

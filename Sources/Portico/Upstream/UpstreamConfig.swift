@@ -17,6 +17,10 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// One exchange with the upstream (the request deadline may cut it shorter).
     public var timeout: Duration = .seconds(15)
     public var maxConnections: Int = 64
+    /// A pooled connection idle this long is closed (transport `nio`). Kept below the 5 s
+    /// keep-alive of Node.js, uvicorn and Apache: an upstream closes an idle connection on its
+    /// own timer, and a request sent on it in that instant fails; the pool must let go first.
+    public var idleTimeout: Duration = .seconds(4)
     /// Send the client's `Host` instead of the upstream's.
     public var preserveHost: Bool = false
     /// Upstream bodies larger than this become 502 `upstream_response_too_large`.

@@ -150,6 +150,8 @@ struct ConfigDiagnosticTests {
               e: { url: "not a url" }
               f: { transport: grpc, max_connections: 0 }
               g: { url: "http://user:pw@g" }
+              h: { url: "http://h", idle_timeout: 2s }
+              i: { url: "http://i", transport: nio, idle_timeout: 0 }
             \(minimalRoute)
             """) == [
             #"portico.yaml:2 upstreams.a.url: invalid URL "ftp://a" (scheme must be http or https)"#,
@@ -161,6 +163,9 @@ struct ConfigDiagnosticTests {
             #"portico.yaml:7 upstreams.f.transport: expected one of urlsession, nio, got "grpc""#,
             "portico.yaml:7 upstreams.f.max_connections: must be at least 1, got 0",
             "portico.yaml:8 upstreams.g.url: URL must not contain a user name or password (put them in credentials:)",
+            "portico.yaml:9 upstreams.h.idle_timeout: the urlsession transport keeps idle connections as libcurl decides; "
+                + "use transport: nio to set it",
+            "portico.yaml:10 upstreams.i.idle_timeout: must be greater than 0",
         ])
     }
 

@@ -43,6 +43,7 @@ struct ConfigLoaderTests {
                 connect_timeout: 1s
                 timeout: 3s
                 max_connections: 8
+                idle_timeout: 1500ms
                 preserve_host: true
                 max_response_bytes: 2MiB
             credentials:
@@ -107,6 +108,7 @@ struct ConfigLoaderTests {
         orders.connectTimeout = .seconds(1)
         orders.timeout = .seconds(3)
         orders.maxConnections = 8
+        orders.idleTimeout = .milliseconds(1500)
         orders.preserveHost = true
         orders.maxResponseBytes = 2 * 1024 * 1024
         #expect(config.upstreams == ["orders": orders])

@@ -1,0 +1,39 @@
+import Foundation
+import Portico
+import PorticoTesting
+import Testing
+
+/// The nio transport's pool of upstream connections.
+@Suite("Upstream connection pool (nio)")
+struct ConnectionPoolTests {
+    @Test("keep-alive: consecutive requests share one upstream connection")
+    func reuse() async throws {
+        try await Fixture.withUpstream(.nio) { upstream, client in
+            for _ in 0..<5 {
+                let response = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
+                #expect(response.status == .ok)
+            }
+            #expect(upstream.connections.accepted == 1)
+        }
+    }
+
+    @Test("idle_timeout: an idle connection is closed by the pool, and the next request opens a new one")
+    func idleTimeout() async throws {
+        try await Fixture.withUpstream(.nio, configure: { $0.idleTimeout = .milliseconds(100) }) { upstream, client in
+            let first = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
+            #expect(first.status == .ok)
+            // The pool, not the upstream, lets go: the upstream never closes a connection here.
+            try await Eventually.wait(timeout: .seconds(30), "the idle connection closed by the pool") {
+                upstream.connections.open == 0
+            }
+            let second = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
+            #expect(second.status == .ok)
+            #expect(upstream.connections.accepted == 2)
+        }
+    }
+
+    @Test("the default idle timeout stays below the 5 s keep-alive of Node.js, uvicorn and Apache")
+    func defaultBelowCommonKeepAlive() {
+        #expect(UpstreamConfig(name: "u", url: URL(string: "http://u")!).idleTimeout < .seconds(5))
+    }
+}
