@@ -21,9 +21,12 @@ public enum ConditionalRequest {
             guard let etag = response[.eTag] else { return false }
             return members.contains { weakMatch($0, etag) }
         }
-        // If-Modified-Since is ignored when If-None-Match is present (§13.2.2 step 3).
+        // If-Modified-Since is ignored when If-None-Match is present (§13.2.2 step 3). Without
+        // Last-Modified, a cache evaluates it against the response's Date (RFC 9111 §4.3.2);
+        // stored responses always carry one.
         guard let since = request[.ifModifiedSince].flatMap({ HTTPDate.parse($0.trimmingWhitespace()) }),
-              let modified = response[.lastModified].flatMap({ HTTPDate.parse($0.trimmingWhitespace()) }) else {
+              let modified = (response[.lastModified] ?? response[.date]).flatMap({ HTTPDate.parse($0.trimmingWhitespace()) })
+        else {
             return false
         }
         return modified <= since

@@ -180,7 +180,7 @@ struct VaryAndConditionalTests {
         #expect(!tenant.matches(CacheFixture.fields([("X-Tenant", "a")])))  // case kept for unknown fields
     }
 
-    @Test("If-None-Match uses weak comparison and * ; If-Modified-Since only without it")
+    @Test("If-None-Match uses weak comparison and * ; If-Modified-Since only without it, against Last-Modified or else Date")
     func conditional() {
         let response = CacheFixture.fields([("ETag", "W/\"v1\""), ("Last-Modified", "Sun, 06 Nov 1994 08:49:37 GMT")])
         func notModified(_ request: [(String, String)]) -> Bool {
@@ -194,6 +194,14 @@ struct VaryAndConditionalTests {
         #expect(!notModified([("If-Modified-Since", "Sat, 05 Nov 1994 08:49:37 GMT")]))
         #expect(!notModified([("If-None-Match", "\"v2\""), ("If-Modified-Since", "Mon, 07 Nov 1994 08:49:37 GMT")]))
         #expect(!notModified([("If-Modified-Since", "yesterday")]))
+        // Without Last-Modified the response's Date stands in (RFC 9111 §4.3.2).
+        let dated = CacheFixture.fields([("Date", "Sun, 06 Nov 1994 08:49:37 GMT")])
+        #expect(ConditionalRequest.isNotModified(request: CacheFixture.fields([("If-Modified-Since", "Sun, 06 Nov 1994 08:49:37 GMT")]),
+                                                 response: dated))
+        #expect(!ConditionalRequest.isNotModified(request: CacheFixture.fields([("If-Modified-Since", "Sat, 05 Nov 1994 08:49:37 GMT")]),
+                                                  response: dated))
+        #expect(!ConditionalRequest.isNotModified(request: CacheFixture.fields([("If-Modified-Since", "Sun, 06 Nov 1994 08:49:37 GMT")]),
+                                                  response: [:]))
     }
 
     @Test("Cache-Status values (RFC 9211)")
