@@ -33,6 +33,10 @@ public struct TestCertificates: Sendable {
     public let otherHost: Pair
     public let wrongCA: Pair
     public let client: Pair
+    /// Self-signed, with keys in the older PEM forms config loading must also read: PKCS#1
+    /// (`RSA PRIVATE KEY`), and SEC1 after an `EC PARAMETERS` block (`openssl ecparam -genkey`).
+    public let rsaPKCS1: Pair
+    public let ecWithParameters: Pair
 
     /// Generated once per process, on first use; a failure (no `openssl`?) is reported by
     /// every test that asks. Generation runs on its own thread: it waits for `openssl`
@@ -89,6 +93,8 @@ public struct TestCertificates: Sendable {
         otherHost = try maker.leaf("other-host", signer: ca, names: "DNS:upstream.internal", usage: "serverAuth")
         wrongCA = try maker.leaf("wrong-ca", signer: otherCA, names: serverNames, usage: "serverAuth")
         client = try maker.leaf("client", signer: ca, names: "DNS:portico-client", usage: "clientAuth")
+        rsaPKCS1 = try maker.selfSigned("rsa-pkcs1") { ["genrsa", "-traditional", "-out", $0, "2048"] }
+        ecWithParameters = try maker.selfSigned("ec-parameters") { ["ecparam", "-name", "prime256v1", "-genkey", "-out", $0] }
     }
 
     private struct Maker {
@@ -140,6 +146,14 @@ public struct TestCertificates: Sendable {
                          "-set_serial", String(UInt32.random(in: 1...UInt32.max)), "-days", "30",
                          "-out", pair.certificateFile, "-extfile", extensions])
             }
+            return pair
+        }
+
+        /// A self-signed certificate for a key made by `keyCommand` (given the key file's path).
+        func selfSigned(_ name: String, keyCommand: (String) -> [String]) throws(Failure) -> Pair {
+            let pair = Pair(certificateFile: path("\(name).pem"), keyFile: path("\(name).key"))
+            try run(keyCommand(pair.keyFile))
+            try run(["req", "-x509", "-key", pair.keyFile, "-out", pair.certificateFile, "-days", "30", "-subj", "/CN=\(name)"])
             return pair
         }
 

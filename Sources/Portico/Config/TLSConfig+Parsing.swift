@@ -77,16 +77,19 @@ extension TLSClientConfig {
                 }
             }
             var key: NIOSSLPrivateKey?
-            if let bytes = keyNode.fileBytes() {
-                key = try? NIOSSLPrivateKey(bytes: bytes, format: .pem)
+            let keyBytes = keyNode.fileBytes()
+            if let keyBytes {
+                key = try? NIOSSLPrivateKey(bytes: keyBytes, format: .pem)
                 if key == nil { keyNode.error("no unencrypted PEM private key could be read from this file") }
             }
-            guard let chain, let key else { return nil }
-            // BoringSSL refuses a key that does not belong to the leaf certificate.
-            var probe = TLSConfiguration.makeClientConfiguration()
-            probe.certificateChain = chain.map { .certificate($0) }
-            probe.privateKey = .privateKey(key)
-            guard (try? NIOSSLContext(configuration: probe)) != nil else {
+            guard let chain, let key, let keyBytes else { return nil }
+            let belongs = KeyPairCheck.matches(keyPEM: keyBytes, leaf: chain[0]) {
+                var probe = TLSConfiguration.makeClientConfiguration()
+                probe.certificateChain = chain.map { .certificate($0) }
+                probe.privateKey = .privateKey(key)
+                return (try? NIOSSLContext(configuration: probe)) != nil
+            }
+            guard belongs else {
                 keyNode.error("this key does not belong to the certificate in client_cert_file")
                 return nil
             }
@@ -117,9 +120,12 @@ extension ListenTLSConfig {
             if key == nil { keyNode.error("no unencrypted PEM private key could be read from this file") }
         }
         guard let chain, let key, let certBytes, let keyBytes else { return nil }
-        let probe = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
-                                                             privateKey: .privateKey(key))
-        guard (try? NIOSSLContext(configuration: probe)) != nil else {
+        let belongs = KeyPairCheck.matches(keyPEM: keyBytes, leaf: chain[0]) {
+            let probe = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
+                                                                 privateKey: .privateKey(key))
+            return (try? NIOSSLContext(configuration: probe)) != nil
+        }
+        guard belongs else {
             keyNode.error("this key does not belong to the certificate in cert_file")
             return nil
         }

@@ -193,6 +193,22 @@ struct TLSConfigTests {
         #expect(mismatched.first?.contains("listen.tls.key_file: this key does not belong to the certificate in cert_file") == true)
     }
 
+    @Test("older key forms (PKCS#1 RSA, SEC1 after EC PARAMETERS) are matched to their certificates, and mismatches found")
+    func keyForms() async throws {
+        let certs = try await TestCertificates.shared()
+        func listen(_ cert: TestCertificates.Pair, _ key: TestCertificates.Pair) -> String {
+            "listen:\n  tls: { cert_file: \(cert.certificateFile), key_file: \(key.keyFile) }\n\(minimalRoute)"
+        }
+        for pair in [certs.rsaPKCS1, certs.ecWithParameters] {
+            #expect(try load(listen(pair, pair)).listen.tls?.privateKeyPEM == pair.keyPEM, "\(pair.keyFile)")
+            for other in [certs.server, certs.rsaPKCS1, certs.ecWithParameters] where other.keyFile != pair.keyFile {
+                let mismatched = diagnostics(listen(pair, other))
+                #expect(mismatched.count == 1 && mismatched.first?.contains("this key does not belong to the certificate") == true,
+                        "\(pair.certificateFile) with \(other.keyFile): \(mismatched)")
+            }
+        }
+    }
+
     @Test("relative file paths start at the configuration file's directory, and reload reads them again")
     func relativePaths() async throws {
         let certs = try await TestCertificates.shared()

@@ -1,0 +1,20 @@
+import NIOSSL
+import X509
+
+/// Whether a private key belongs to a certificate, checked while a configuration is read.
+enum KeyPairCheck {
+    /// True when `keyPEM`'s public key is `leaf`'s. Compared with swift-certificates rather than
+    /// by building a throwaway `NIOSSLContext` and letting BoringSSL refuse the pair: swift-nio-ssl
+    /// 2.37 leaks the context when that refusal throws (about 400 KiB, found by LeakSanitizer), so
+    /// every rejected `portico check` or reload with a wrong key would grow the process. Keys
+    /// swift-certificates cannot read (it takes PKCS#8, SEC1 and PKCS#1 RSA, P-256/384/521,
+    /// Ed25519, RSA) fall back to `boringSSLAccepts`.
+    static func matches(keyPEM: [UInt8], leaf: NIOSSLCertificate, boringSSLAccepts: () -> Bool) -> Bool {
+        guard let key = try? Certificate.PrivateKey(pemEncoded: String(decoding: keyPEM, as: UTF8.self)),
+              let der = try? leaf.toDERBytes(),
+              let certificate = try? Certificate(derEncoded: der) else {
+            return boringSSLAccepts()
+        }
+        return key.publicKey == certificate.publicKey
+    }
+}
