@@ -83,13 +83,7 @@ extension TLSClientConfig {
                 if key == nil { keyNode.error("no unencrypted PEM private key could be read from this file") }
             }
             guard let chain, let key, let keyBytes else { return nil }
-            let belongs = KeyPairCheck.matches(keyPEM: keyBytes, leaf: chain[0]) {
-                var probe = TLSConfiguration.makeClientConfiguration()
-                probe.certificateChain = chain.map { .certificate($0) }
-                probe.privateKey = .privateKey(key)
-                return (try? NIOSSLContext(configuration: probe)) != nil
-            }
-            guard belongs else {
+            guard KeyPairCheck.matches(keyPEM: keyBytes, key: key, chain: chain) else {
                 keyNode.error("this key does not belong to the certificate in client_cert_file")
                 return nil
             }
@@ -120,12 +114,7 @@ extension ListenTLSConfig {
             if key == nil { keyNode.error("no unencrypted PEM private key could be read from this file") }
         }
         guard let chain, let key, let certBytes, let keyBytes else { return nil }
-        let belongs = KeyPairCheck.matches(keyPEM: keyBytes, leaf: chain[0]) {
-            let probe = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
-                                                                 privateKey: .privateKey(key))
-            return (try? NIOSSLContext(configuration: probe)) != nil
-        }
-        guard belongs else {
+        guard KeyPairCheck.matches(keyPEM: keyBytes, key: key, chain: chain) else {
             keyNode.error("this key does not belong to the certificate in cert_file")
             return nil
         }
