@@ -125,6 +125,16 @@ static inline int portico_mhd_connection_fd(struct MHD_Connection *c) {
     return info == NULL ? -1 : info->connect_fd;
 }
 
+/* Whether libmicrohttpd has read this request's whole head (its size is known from then on). */
+static inline int portico_mhd_head_received(struct MHD_Connection *c) {
+    return MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE) != NULL;
+}
+
+/* Whether a response is queued on the connection. */
+static inline int portico_mhd_has_response(struct MHD_Connection *c) {
+    return MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS) != NULL;
+}
+
 /* MHD_set_response_options is variadic. */
 static inline enum MHD_Result portico_mhd_set_response_flags(struct MHD_Response *r, enum MHD_ResponseFlags flags) {
     return MHD_set_response_options(r, flags, MHD_RO_END);

@@ -32,7 +32,11 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
         let core = server(cls)
         let socket = connection.map { portico_mhd_connection_fd($0) } ?? -1
         let timer = ConnectionTimer(deadline: .now + core.configuration.headerTimeout)
-        guard core.opened(timer) else {
+        let context = ConnectionContext(clientAddress: client, timer: timer)
+        let handle = connection.map {
+            ConnectionHandle(connection: $0, context: Unmanaged.passUnretained(context), socket: socket, thread: pthread_self())
+        }
+        guard core.opened(timer, handle: handle) else {
             // Past connection_limit. Without a context every callback turns the connection
             // away; shutting the socket down (ours to touch: we are on its thread, before
             // libmicrohttpd's first read) makes libmicrohttpd close it on that read.
@@ -40,7 +44,7 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
             return
         }
         timer.watch(socket)
-        socketContext.pointee = Unmanaged.passRetained(ConnectionContext(clientAddress: client, timer: timer)).toOpaque()
+        socketContext.pointee = Unmanaged.passRetained(context).toOpaque()
     case portico_notify_closed:
         guard let raw = socketContext.pointee else { return }
         let context = Unmanaged<ConnectionContext>.fromOpaque(raw).takeRetainedValue()
@@ -119,8 +123,8 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
                                               "request head exceeds the limit of \(limits.maxHeaderBytes) bytes"),
                          on: connection, isHead: false, draining: true)
         }
-        if let problem = RequestFraming.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
-                                                headers: request.headers) {
+        if let problem = RequestHeadRules.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
+                                                  target: request.target, headers: request.headers) {
             return queue(limits.errorResponse(problem.status, problem.code, problem.message),
                          on: connection, isHead: false, draining: true)
         }

@@ -87,6 +87,8 @@ final class ServerCore: Sendable {
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
         /// Every open connection's timer, for the watchdog; its count is what `connectionLimit` limits.
         var connections: [ObjectIdentifier: ConnectionTimer] = [:]
+        /// The same connections (same keys), as their own threads find them (`answerRefusal`).
+        var handles: [ObjectIdentifier: ConnectionHandle] = [:]
         /// Connections refused past `connectionLimit` since the watchdog last logged them.
         var refusedSinceLog = 0
         /// libmicrohttpd's messages about clients that left mid-exchange, since the watchdog last logged them.
@@ -169,7 +171,9 @@ final class ServerCore: Sendable {
             // before every request on a connection, so its size is a per-request cost: 80 KiB
             // cost 11 % of a core serving cache hits (bench/RESULTS.md).
             c.connection_memory_limit = configuration.connectionMemoryBytes
-            c.strict_level = 1
+            // 0, not 1: at 1 libmicrohttpd 0.9.75 refuses a request without Host itself, writing
+            // its status line twice; `RequestHeadRules` checks Host and the target instead.
+            c.strict_level = 0
             c.access_handler = mhdAccessHandler
             c.access_context = context
             c.uri_log_callback = mhdURILog
@@ -270,7 +274,10 @@ final class ServerCore: Sendable {
         for pointer in daemon.pointers { MHD_stop_daemon(pointer) }
         // Connections libmicrohttpd closed without a close notification keep no descriptor of ours.
         let timers = state.withLock { state in
-            defer { state.connections.removeAll() }
+            defer {
+                state.connections.removeAll()
+                state.handles.removeAll()
+            }
             return Array(state.connections.values)
         }
         for timer in timers { timer.markClosed() }
@@ -354,19 +361,23 @@ final class ServerCore: Sendable {
     // MARK: - Called from libmicrohttpd threads
 
     /// Admits a new connection unless `connectionLimit` connections are open already.
-    func opened(_ timer: ConnectionTimer) -> Bool {
+    func opened(_ timer: ConnectionTimer, handle: ConnectionHandle?) -> Bool {
         state.withLock { state in
             guard state.connections.count < max(1, configuration.connectionLimit) else {
                 state.refusedSinceLog += 1
                 return false
             }
             state.connections[ObjectIdentifier(timer)] = timer
+            state.handles[ObjectIdentifier(timer)] = handle
             return true
         }
     }
 
     func closed(_ timer: ConnectionTimer) {
-        _ = state.withLock { $0.connections.removeValue(forKey: ObjectIdentifier(timer)) }
+        state.withLock { state in
+            state.connections.removeValue(forKey: ObjectIdentifier(timer))
+            state.handles.removeValue(forKey: ObjectIdentifier(timer))
+        }
     }
 
     /// Reserves a suspension for a complete request; false once the server is closing.
@@ -414,8 +425,42 @@ final class ServerCore: Sendable {
     func libraryLog(_ message: String) {
         if Self.clientDepartures.contains(where: { message.hasPrefix($0) }) {
             state.withLock { $0.departuresSinceLog += 1 }
+        } else if let refusal = LibraryRefusal(message: message) {
+            answerRefusal(refusal)
         } else {
             log(message)
+        }
+    }
+
+    /// Answers a request libmicrohttpd is refusing with a doubled head (`LibraryRefusal`).
+    /// Called on the refusing connection's own thread, from inside its state machine: of that
+    /// thread's connections, it is the one whose head is in (libmicrohttpd knows its size), that
+    /// the access handler has not seen yet and that has no response queued. Heads are parsed
+    /// and handed to the access handler in one go, so no other connection is in that state.
+    private func answerRefusal(_ refusal: LibraryRefusal) {
+        let current = pthread_self()
+        let handles = state.withLock { state in state.handles.values.filter { pthread_equal($0.thread, current) != 0 } }
+        let refusing = handles.filter { handle in
+            let context = handle.context.takeUnretainedValue()
+            guard let request = context.request, !request.headersSeen else { return false }
+            return portico_mhd_head_received(handle.connection) != 0 && portico_mhd_has_response(handle.connection) == 0
+        }
+        guard refusing.count == 1, let handle = refusing.first, handle.socket >= 0 else {
+            log("libmicrohttpd refused a request (\(refusal.message)) and its connection could not be told apart")
+            return
+        }
+        // Seen: a later refusal on this thread must not find this connection again.
+        handle.context.takeUnretainedValue().request?.headersSeen = true
+        if configuration.tls == nil {
+            let bytes = configuration.errorResponse(refusal.status, refusal.code, refusal.message).serialized(date: imfFixdateNow())
+            // One small write to a socket whose previous response is long sent: it fits in the
+            // send buffer. A short write still ends in the shutdown below, so the client sees a
+            // response shorter than its Content-Length, never a complete-looking wrong one.
+            _ = bytes.withUnsafeBytes { Glibc.send(handle.socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            _ = Glibc.shutdown(handle.socket, Int32(SHUT_WR))
+        } else {
+            // Under TLS the bytes would have to be encrypted by GnuTLS: the connection is closed unanswered.
+            _ = Glibc.shutdown(handle.socket, Int32(SHUT_RDWR))
         }
     }
 

@@ -121,6 +121,13 @@ public final class RawHTTPConnection: @unchecked Sendable {
         }
     }
 
+    /// Bytes received but not yet consumed by `readResponse` (after a response: whatever followed it).
+    public var unconsumedBytes: [UInt8] {
+        lock.lock()
+        defer { lock.unlock() }
+        return buffer
+    }
+
     /// Whether the server has closed the connection (reads end of input within the timeout).
     public func isClosedByPeer() async throws -> Bool {
         try await run { [self] in
@@ -158,7 +165,7 @@ public struct RawHTTPResponse: Sendable {
     public var bodyText: String { String(decoding: body, as: UTF8.self) }
 
     /// Parses one response from the start of `bytes`; nil when more bytes are needed.
-    static func parse(_ bytes: [UInt8], forHead: Bool) -> (RawHTTPResponse, Int)? {
+    public static func parse(_ bytes: [UInt8], forHead: Bool) -> (RawHTTPResponse, Int)? {
         let separator: [UInt8] = [13, 10, 13, 10]
         guard let headEnd = bytes.firstRange(of: separator) else { return nil }
         let headText = String(decoding: bytes[..<headEnd.lowerBound], as: UTF8.self)

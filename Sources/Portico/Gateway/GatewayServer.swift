@@ -49,7 +49,8 @@ public final class GatewayServer: Sendable {
         }
         configuration.errorResponse = { status, code, message in
             let error = GatewayError(status: .init(code: status), code: code, message: message)
-            var response = ServerResponse(error.response(requestID: RequestID.generate()), isHead: false)
+            let requestID = RequestID.generate()
+            var response = ServerResponse(error.response(requestID: requestID), isHead: false, requestID: requestID)
             response.closeConnection = status != 504
             return response
         }
