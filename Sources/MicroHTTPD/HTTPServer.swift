@@ -53,6 +53,16 @@ public final class HTTPServer: Sendable {
     /// Requests whose handlers are running.
     public var inFlightRequests: Int { core.inFlightCount }
 
+    /// Where the server is in its life.
+    public var lifecycle: ServerLifecycle { core.lifecycle }
+
+    /// Keeps accepting and serving, but asks every client to close its connection after its
+    /// answer (`ServerLifecycle.draining`). Returns false when the server was not running. Any thread.
+    @discardableResult
+    public func beginDraining() -> Bool {
+        core.advance(from: .running, to: .draining)
+    }
+
     /// Open client connections.
     public var openConnections: Int { core.openConnectionsPerThread.reduce(0, +) }
 
@@ -60,7 +70,7 @@ public final class HTTPServer: Sendable {
     public var openConnectionsPerThread: [Int] { core.openConnectionsPerThread }
 
     /// Stops accepting, lets in-flight requests finish for up to `grace`, answers those still
-    /// running with 503, then stops the daemon. Idempotent.
+    /// running with 503, then stops the daemons. Idempotent; any thread; the first call does the work.
     public func stop(grace: Duration = .seconds(10)) async {
         await core.stop(grace: grace)
     }
@@ -82,7 +92,6 @@ final class ServerCore: Sendable {
     struct State {
         var daemon: Daemon?
         var port: UInt16 = 0
-        var stopped = false
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
         /// Every open connection's timer, for the watchdog; its count is what `connectionLimit` limits.
@@ -98,16 +107,15 @@ final class ServerCore: Sendable {
     let configuration: ServerConfiguration
     let answering: HTTPServer.Answering
     let state = Mutex(State())
-    /// Set when `stop` begins: answers ask clients to close their connections. Read by every
-    /// answer on every thread, so it is an atomic rather than part of `state`.
-    private let draining = Atomic<Bool>(false)
-    /// Connections suspended or resumed but not yet answered (`MHD_stop_daemon` aborts on them),
-    /// times two, plus one once the server is closing: `stop` sets that bit when in-flight
-    /// requests are done (or out of grace), and requests completed after it are answered 503 at
-    /// once instead of being suspended. One atomic word, so admitting a request takes no lock.
+    /// A `ServerLifecycle` raw value. Read by every answer on every thread (draining asks
+    /// clients to close), so it is an atomic rather than part of `state`.
+    private let phase = Atomic<Int>(ServerLifecycle.created.rawValue)
+    /// Connections suspended or resumed but not yet answered: `MHD_stop_daemon` aborts on them,
+    /// so `stop` waits for this to reach zero once the lifecycle is `closing`. Admitting counts
+    /// first and checks the lifecycle second, and `stop` moves the lifecycle first and reads the
+    /// count second (both sequentially consistent): a request either sees `closing` and backs
+    /// out, or is in the count `stop` reads. No lock on the request path.
     private let admissions = Atomic<Int>(0)
-    private static let closingBit = 1
-    private static let oneAdmission = 2
     /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its event loop).
     static let refusalHeadroom = 1024
 
@@ -118,13 +126,36 @@ final class ServerCore: Sendable {
 
     var port: UInt16 { state.withLock { $0.port } }
     var inFlightCount: Int { state.withLock { $0.inFlight.count } }
-    var isDraining: Bool { draining.load(ordering: .relaxed) }
+    var lifecycle: ServerLifecycle { ServerLifecycle(rawValue: phase.load(ordering: .sequentiallyConsistent))! }
+    /// Answers ask their clients to close the connection from `draining` on. Any thread.
+    var isDraining: Bool { phase.load(ordering: .relaxed) >= ServerLifecycle.draining.rawValue }
+
+    /// Moves the lifecycle forward to `next` if it is at `expected`; returns whether it moved.
+    @discardableResult
+    func advance(from expected: ServerLifecycle, to next: ServerLifecycle) -> Bool {
+        precondition(expected < next, "the lifecycle only moves forward: \(expected) → \(next)")
+        return phase.compareExchange(expected: expected.rawValue, desired: next.rawValue, ordering: .sequentiallyConsistent).exchanged
+    }
+
+    /// Moves the lifecycle forward to `next` from wherever it is before it; returns whether it moved.
+    @discardableResult
+    func advance(to next: ServerLifecycle) -> Bool {
+        var current = phase.load(ordering: .sequentiallyConsistent)
+        while current < next.rawValue {
+            let (exchanged, found) = phase.compareExchange(expected: current, desired: next.rawValue,
+                                                           ordering: .sequentiallyConsistent)
+            if exchanged { return true }
+            current = found
+        }
+        return false
+    }
     var openConnectionsPerThread: [Int] {
         state.withLock { state in
             state.daemon.map { $0.pointers.map { Int(portico_mhd_current_connections($0)) } } ?? []
         }
     }
 
+    /// Called by the owner; a server starts once (a failed start may be tried again).
     func start() throws(MicroHTTPDError) -> UInt16 {
         let context = Unmanaged.passUnretained(self).toOpaque()
         // No listening socket: `Listener` accepts, and deals connections evenly over the threads.
@@ -135,8 +166,7 @@ final class ServerCore: Sendable {
         var flags = MHD_USE_POLL_INTERNAL_THREAD.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_ITC.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
 
-        let alreadyRunning = state.withLock { $0.daemon != nil || $0.stopped }
-        if alreadyRunning { throw .alreadyStarted }
+        if lifecycle != .created { throw .alreadyStarted }
         var tls: DaemonTLSMemory?
         if let settings = configuration.tls {
             tls = try DaemonTLSMemory(settings)
@@ -221,16 +251,13 @@ final class ServerCore: Sendable {
             state.port = port
             state.watchdog = watchdog
         }
+        advance(from: .created, to: .running)
         return port
     }
 
     func stop(grace: Duration) async {
-        let daemon: Daemon? = state.withLock { state in
-            guard let daemon = state.daemon, !draining.load(ordering: .relaxed) else { return nil }
-            draining.store(true, ordering: .relaxed)
-            return daemon
-        }
-        guard let daemon else { return }
+        // The first caller moves the lifecycle to `stopping` and does the work.
+        guard let daemon = state.withLock({ $0.daemon }), advance(to: .stopping) else { return }
 
         // Stop accepting: connections the kernel already completed are served, new ones refused.
         daemon.listener.stop(handingTo: daemon.pointers)
@@ -245,19 +272,19 @@ final class ServerCore: Sendable {
         while clock.now < graceDeadline {
             let idle = clock.now >= settled && state.withLock { state -> Bool in
                 guard state.inFlight.isEmpty else { return false }
-                admissions.bitwiseOr(Self.closingBit, ordering: .sequentiallyConsistent)
+                advance(to: .closing)
                 return true
             }
             if idle { break }
             try? await Task.sleep(for: .milliseconds(10))
         }
-        admissions.bitwiseOr(Self.closingBit, ordering: .sequentiallyConsistent)
+        advance(to: .closing)
         // Whatever is still running (or was admitted just before closing) is answered now, and
         // resumed connections get a turn of their thread to queue their answer.
         let flushDeadline = clock.now.advanced(by: .seconds(5))
         while clock.now < flushDeadline {
             let remaining = state.withLock { Array($0.inFlight.values) }
-            let suspended = admissions.load(ordering: .sequentiallyConsistent) / Self.oneAdmission
+            let suspended = admissions.load(ordering: .sequentiallyConsistent)
             for pending in remaining {
                 pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
             }
@@ -266,12 +293,12 @@ final class ServerCore: Sendable {
         }
         let watchdog = state.withLock { state -> Task<Void, Never>? in
             state.daemon = nil
-            state.stopped = true
             return state.watchdog
         }
         watchdog?.cancel()
         await watchdog?.value
         for pointer in daemon.pointers { MHD_stop_daemon(pointer) }
+        advance(to: .stopped)
         // Connections libmicrohttpd closed without a close notification keep no descriptor of ours.
         let timers = state.withLock { state in
             defer {
@@ -381,20 +408,20 @@ final class ServerCore: Sendable {
     }
 
     /// Reserves a suspension for a complete request; false once the server is closing.
+    /// libmicrohttpd threads.
     func admit() -> Bool {
-        var current = admissions.load(ordering: .relaxed)
-        while current & Self.closingBit == 0 {
-            let (admitted, found) = admissions.compareExchange(expected: current, desired: current + Self.oneAdmission,
-                                                               ordering: .sequentiallyConsistent)
-            if admitted { return true }
-            current = found
+        admissions.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        guard phase.load(ordering: .sequentiallyConsistent) < ServerLifecycle.closing.rawValue else {
+            withdraw()
+            return false
         }
-        return false
+        return true
     }
 
-    /// Gives back an admission the request did not need: it was answered at once.
+    /// Gives back an admission the request did not need (it was answered at once), or no longer
+    /// needs (its answer was queued). libmicrohttpd threads.
     func withdraw() {
-        admissions.wrappingSubtract(Self.oneAdmission, ordering: .sequentiallyConsistent)
+        admissions.wrappingSubtract(1, ordering: .sequentiallyConsistent)
     }
 
     /// A suspended request whose handler is about to run (deadline watchdog, shutdown).

@@ -8,7 +8,6 @@ import Synchronization
 /// keeps the runtime it started with.
 public final class Gateway: Sendable {
     private let runtime: Mutex<GatewayRuntime>
-    private let draining = Atomic<Bool>(false)
     /// `listen.max_in_flight`, over every route; the cap follows reloads, the count carries over.
     private let inFlight: InFlightLimit
     let logger: Logger
@@ -40,9 +39,6 @@ public final class Gateway: Sendable {
             return old
         }
     }
-
-    /// Once set, responses ask clients to close their connections.
-    public func beginDraining() { draining.store(true, ordering: .relaxed) }
 
     /// Answers `serverRequest` at once when that needs no waiting — a malformed request, no
     /// route, an overload refusal, a direct route, a cache hit — and otherwise returns the work
@@ -182,7 +178,8 @@ public final class Gateway: Sendable {
 
     private func finish(_ response: GatewayResponse, requestID: String, isHead: Bool, close: Bool = false) -> ServerResponse {
         var serverResponse = ServerResponse(response, isHead: isHead, requestID: requestID)
-        serverResponse.closeConnection = close || draining.load(ordering: .relaxed)
+        // While the server drains, it asks every client to close (`ServerLifecycle.draining`).
+        serverResponse.closeConnection = close
         return serverResponse
     }
 }

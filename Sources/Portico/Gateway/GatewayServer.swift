@@ -9,7 +9,7 @@ public final class GatewayServer: Sendable {
     private let logger: Logger
     private let clock: any GatewayClock
     private let listen: ListenConfig
-    private let state: Mutex<(config: PorticoConfig, draining: Bool)>
+    private let loadedConfig: Mutex<PorticoConfig>
     public let metrics: GatewayMetrics
     /// The file the configuration came from; `nil` for an embedded configuration (no reload).
     public let configFile: String?
@@ -25,7 +25,7 @@ public final class GatewayServer: Sendable {
         self.logger = logger
         self.clock = clock
         self.listen = config.listen
-        self.state = Mutex((config, false))
+        self.loadedConfig = Mutex(config)
         server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger),
                             answering: gateway.answer)
     }
@@ -68,8 +68,9 @@ public final class GatewayServer: Sendable {
 
     public var port: UInt16 { server.port }
     public var inFlightRequests: Int { server.inFlightRequests }
-    public var config: PorticoConfig { state.withLock { $0.config } }
-    public var isDraining: Bool { state.withLock { $0.draining } }
+    public var config: PorticoConfig { loadedConfig.withLock { $0 } }
+    /// From the first shutdown signal on (`/readyz` answers 503).
+    public var isDraining: Bool { server.lifecycle >= .draining }
 
     /// Why a reload was refused.
     public struct ReloadError: Error, CustomStringConvertible {
@@ -105,7 +106,7 @@ public final class GatewayServer: Sendable {
             logger.warning("listen settings changed: they take effect at the next restart")
         }
         let old = gateway.install(runtime)
-        state.withLock { $0.config = config }
+        loadedConfig.withLock { $0 = config }
         let linger = listen.requestTimeout + .seconds(1)
         Task {
             try? await Task.sleep(for: linger)
@@ -115,12 +116,12 @@ public final class GatewayServer: Sendable {
 
     /// Graceful shutdown: after `drainDelay` stop accepting, give in-flight requests `grace`, stop.
     public func shutdown(drainDelay: Duration? = nil, grace: Duration? = nil) async {
-        let alreadyDraining = state.withLock { state -> Bool in
-            defer { state.draining = true }
-            return state.draining
+        // The first call drains and stops; later ones (a second signal) return at once.
+        guard server.beginDraining() else {
+            // Never started: only the runtime's connections to release.
+            if server.lifecycle == .created { await gateway.current.shutdown() }
+            return
         }
-        guard !alreadyDraining else { return }
-        gateway.beginDraining()
         let delay = drainDelay ?? listen.drainDelay
         if delay > .zero {
             logger.info("draining: still accepting for \(delay)")
