@@ -4,7 +4,7 @@ public struct ServerConfiguration: Sendable {
     public var address: String = "127.0.0.1"
     /// 0 asks the kernel for a free port; `HTTPServer.port` reports it.
     public var port: UInt16 = 0
-    /// Threads polling connections (libmicrohttpd's thread pool).
+    /// libmicrohttpd daemons, each with its own thread; the listener deals connections to them in turn.
     public var threads: Int = 2
     /// A connection opened while this many are open is closed at once, unanswered.
     public var connectionLimit: Int = 1_000
