@@ -29,15 +29,6 @@ public struct CacheMiddleware: ImmediateMiddleware {
         self.metrics = metrics ?? CacheMetrics(cache: name)
     }
 
-    /// On reload: a cache whose name and settings did not change keeps the previous instance's
-    /// store, so a reload does not send every request upstream at once.
-    static func keepStores(of previous: [CacheMiddleware], in middleware: inout [String: any Middleware]) {
-        for old in previous {
-            guard let new = middleware[old.name] as? CacheMiddleware, new.config == old.config else { continue }
-            middleware[old.name] = CacheMiddleware(name: new.name, new.config, store: old.store, metrics: old.metrics)
-        }
-    }
-
     /// Cancels background refreshes and waits for them; called when the runtime is retired.
     public func shutdown() async {
         await refresher.shutdown()

@@ -35,8 +35,9 @@ public enum ConfigLoader {
         try load(yaml: yaml, source: source, environment: environment, baseDirectory: nil)
     }
 
+    /// `registry`: the middleware types `type:` may name (tests add their own).
     static func load(yaml: String, source: String, environment: [String: String],
-                     baseDirectory: String?) throws(ConfigError) -> PorticoConfig {
+                     baseDirectory: String?, registry: MiddlewareRegistry = .standard) throws(ConfigError) -> PorticoConfig {
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -47,7 +48,7 @@ public enum ConfigLoader {
                                     interpolator: Interpolator(environment: environment, baseDirectory: baseDirectory))
         var config = PorticoConfig(source: source)
         if let root {
-            parseRoot(ConfigNode(node: root, path: "", context: context), into: &config)
+            parseRoot(ConfigNode(node: root, path: "", context: context), into: &config, registry: registry)
         } else {
             context.report("no routes defined", path: "routes", line: nil)
         }
@@ -62,7 +63,7 @@ public enum ConfigLoader {
         return config
     }
 
-    private static func parseRoot(_ root: ConfigNode, into config: inout PorticoConfig) {
+    private static func parseRoot(_ root: ConfigNode, into config: inout PorticoConfig, registry: MiddlewareRegistry) {
         guard let m = root.mapping() else { return }
         let upstreams = m.value("upstreams")?.mapping()
         let credentials = m.value("credentials")?.mapping()
@@ -87,7 +88,7 @@ public enum ConfigLoader {
             }
         }
         for entry in middleware?.entries ?? [] {
-            if let section = entry.value.mapping(), let parsed = MiddlewareConfig.parse(section, names: names) {
+            if let section = entry.value.mapping(), let parsed = MiddlewareConfig.parse(section, names: names, registry: registry) {
                 config.middleware[entry.key] = parsed
             }
         }

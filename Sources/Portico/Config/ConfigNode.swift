@@ -188,6 +188,22 @@ struct ConfigNode {
         }
     }
 
+    /// `20%`, `2.5%` → 0.2, 0.025; between 0% and 100%.
+    func percentage() -> Double? {
+        guard let value = scalar(expected: "a percentage") else { return nil }
+        let number = value.text.hasSuffix("%") ? value.text.dropLast() : nil
+        guard let number, !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
+              let percent = Double(number) else {
+            error("expected a percentage such as 20%, got \(value.shown)")
+            return nil
+        }
+        guard percent <= 100 else {
+            error("must be between 0% and 100%, got \(value.shown)")
+            return nil
+        }
+        return percent / 100
+    }
+
     /// One of a fixed set of words, with a suggestion for near misses.
     func choice(_ options: [String]) -> String? {
         let expected = "one of " + options.joined(separator: ", ")

@@ -154,57 +154,6 @@ public struct RouteConfig: Sendable, Equatable {
     }
 }
 
-/// `middleware.NAME` — a named, reusable instance. One case per `type:`.
-public enum MiddlewareConfig: Sendable, Equatable {
-    case accessLog(AccessLogConfig)
-    case auth(AuthConfig)
-    case retry(RetryConfig)
-    case rateLimit(RateLimitConfig)
-    case compress(CompressConfig)
-    case cache(CacheConfig)
-
-    /// The `type:` string.
-    public var typeName: String {
-        switch self {
-        case .accessLog: "access_log"
-        case .auth: "auth"
-        case .retry: "retry"
-        case .rateLimit: "rate_limit"
-        case .compress: "compress"
-        case .cache: "cache"
-        }
-    }
-}
-
-/// `type: access_log`
-public struct AccessLogConfig: Sendable, Equatable {
-    /// Lower-cased header names whose values are replaced by `[REDACTED]`.
-    public var redactHeaders: [String] = ["authorization", "proxy-authorization", "cookie", "set-cookie"]
-    /// Query parameter names whose values are replaced.
-    public var redactQuery: [String] = []
-    /// Request headers to include in the line (lower-cased), beyond the standard fields.
-    public var includeHeaders: [String] = []
-
-    public init() {}
-}
-
-/// `type: auth`
-public struct AuthConfig: Sendable, Equatable {
-    public enum ClientHeaderPolicy: String, Sendable, Equatable, CaseIterable {
-        /// Replace whatever the client sent.
-        case override
-        /// Keep the client's own header when present.
-        case keepIfPresent = "keep_if_present"
-    }
-    public var credential: String
-    public var clientHeader: ClientHeaderPolicy = .override
-
-    public init(credential: String, clientHeader: ClientHeaderPolicy = .override) {
-        self.credential = credential
-        self.clientHeader = clientHeader
-    }
-}
-
 /// `credentials.NAME`
 public struct CredentialConfig: Sendable, Equatable {
     public enum Kind: Sendable, Equatable {

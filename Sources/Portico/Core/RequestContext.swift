@@ -57,9 +57,20 @@ public final class RequestStats: Sendable {
         public var credential: String?
         /// Free-form additions from middleware: shown in the access log.
         public var extra: [(String, String)] = []
-        /// Tokens rate limiters took while the request was being tried for an answer at once,
-        /// by middleware name, for the task that then finishes it (so it is charged once).
-        public var rateLimitDecisions: [String: RateLimitDecision] = [:]
+        /// Facts a middleware keeps for itself or shares with another, by key type.
+        private var facts: [ObjectIdentifier: any Sendable] = [:]
+
+        /// The fact recorded under `key`, `nil` when none is.
+        public subscript<Key: RequestStatsKey>(_ key: Key.Type) -> Key.Value? {
+            get { facts[ObjectIdentifier(key)] as? Key.Value }
+            set { facts[ObjectIdentifier(key)] = newValue }
+        }
+
+        /// The fact recorded under `key`, `defaultValue` when none is: lets a fact be changed in place.
+        public subscript<Key: RequestStatsKey>(_ key: Key.Type, default defaultValue: @autoclosure () -> Key.Value) -> Key.Value {
+            get { self[key] ?? defaultValue() }
+            set { self[key] = newValue }
+        }
     }
 
     private let values = Mutex(Values())
@@ -71,4 +82,13 @@ public final class RequestStats: Sendable {
     public func update<Result>(_ body: (inout Values) -> Result) -> Result {
         values.withLock { body(&$0) }
     }
+}
+
+/// Names a fact in `RequestStats` and its type; the middleware that defines it owns it, so the
+/// core need not know every middleware's types.
+///
+///     enum Notes: RequestStatsKey { typealias Value = [String] }
+///     context.stats.update { $0[Notes.self, default: []].append("served from a replica") }
+public protocol RequestStatsKey {
+    associatedtype Value: Sendable
 }

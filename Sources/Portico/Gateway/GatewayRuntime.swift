@@ -8,6 +8,9 @@ public final class GatewayRuntime: Sendable {
     public let upstreams: [String: any UpstreamClient]
     /// One provider per credential; a reload hands unchanged ones (and their tokens) over.
     public let credentials: CredentialStore
+    /// Every `middleware.NAME` instance, by name; a reload hands each to its successor when
+    /// the settings did not change, so state (stored responses, buckets, budgets) carries over.
+    public let middleware: [String: any Middleware]
     /// Caches, whose background refreshes end with the runtime.
     public let caches: [CacheMiddleware]
 
@@ -17,13 +20,12 @@ public final class GatewayRuntime: Sendable {
     }
 
     /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens and
-    /// unchanged caches their stored responses.
+    /// unchanged middleware their state (cached responses, rate-limit buckets, retry budgets).
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
                             previous: GatewayRuntime? = nil) throws {
         let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
         do {
-            try self.init(config: config, logger: logger, clock: clock, credentials: credentials,
-                          previousCaches: previous?.caches ?? [])
+            try self.init(config: config, logger: logger, clock: clock, credentials: credentials, previous: previous)
         } catch {
             credentials.discard()
             throw error
@@ -31,7 +33,7 @@ public final class GatewayRuntime: Sendable {
     }
 
     private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore,
-                 previousCaches: [CacheMiddleware]) throws {
+                 previous: GatewayRuntime?) throws {
         for warning in config.warnings {
             logger.warning("configuration: \(warning.description)")
         }
@@ -39,12 +41,12 @@ public final class GatewayRuntime: Sendable {
         self.credentials = credentials
         // Everything that can fail comes first: upstream clients own connection pools that must
         // be shut down, so they are only made once nothing else can throw.
+        let context = MiddlewareBuildContext(logger: logger, clock: clock, credentials: credentials)
         var middleware: [String: any Middleware] = [:]
         for (name, settings) in config.middleware {
-            middleware[name] = try Self.makeMiddleware(name: name, settings, config: config, logger: logger, clock: clock,
-                                                       credentials: credentials)
+            let unchanged = previous.flatMap { $0.config.middleware[name] == settings ? $0.middleware[name] : nil }
+            middleware[name] = try settings.makeMiddleware(name: name, previous: unchanged, context: context)
         }
-        CacheMiddleware.keepStores(of: previousCaches, in: &middleware)
         var chains: [[any Middleware]] = []
         for route in config.routes {
             let names = route.middleware ?? config.defaults.middleware
@@ -84,6 +86,7 @@ public final class GatewayRuntime: Sendable {
         }
         self.router = Router(routes: routes)
         self.upstreams = upstreams
+        self.middleware = middleware
         self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }
     }
 
@@ -96,27 +99,6 @@ public final class GatewayRuntime: Sendable {
             await client.shutdown()
         }
         await credentials.shutdown()
-    }
-
-    static func makeMiddleware(name: String, _ settings: MiddlewareConfig, config: PorticoConfig,
-                               logger: Logger, clock: any GatewayClock, credentials: CredentialStore) throws -> any Middleware {
-        switch settings {
-        case .accessLog(let accessLog):
-            return AccessLogMiddleware(accessLog, logger: logger, clock: clock)
-        case .auth(let auth):
-            guard let provider = credentials.provider(named: auth.credential) else {
-                throw BuildError(description: "middleware \(name): unknown credential \"\(auth.credential)\"")
-            }
-            return AuthMiddleware(provider: provider, clientHeader: auth.clientHeader)
-        case .retry(let retry):
-            return RetryMiddleware(retry)
-        case .rateLimit(let rateLimit):
-            return RateLimitMiddleware(name: name, rateLimit)
-        case .compress(let compress):
-            return CompressMiddleware(compress)
-        case .cache(let cache):
-            return CacheMiddleware(name: name, cache)
-        }
     }
 }
 

@@ -12,6 +12,12 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
     public let store: any RateLimitStore
     private let policyValue: String
 
+    /// Tokens rate limiters took while the request was being tried for an answer at once, by
+    /// middleware name, for the task that then finishes it (so it is charged once).
+    enum TakenDecisions: RequestStatsKey {
+        typealias Value = [String: RateLimitDecision]
+    }
+
     static let rejected = LabelledCounters("portico_ratelimit_rejected_total")
     /// The bucket every keyless request shares (`missing_key: shared`). NUL cannot occur in a
     /// header value or an address, so no real key collides with it.
@@ -30,7 +36,7 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
 
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
         // A token taken while trying to answer at once is this request's: it is not charged twice.
-        let taken = context.stats.update { $0.rateLimitDecisions.removeValue(forKey: name) }
+        let taken = context.stats.update { $0[TakenDecisions.self]?.removeValue(forKey: name) }
         let decision: RateLimitDecision
         if let taken {
             decision = taken
@@ -57,7 +63,7 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         try check(decision, context: context)
         do {
             guard var response = try next(request, context) else {
-                context.stats.update { $0.rateLimitDecisions[name] = decision }
+                context.stats.update { $0[TakenDecisions.self, default: [:]][name] = decision }
                 return nil
             }
             addHeaders(to: &response.headerFields, decision)

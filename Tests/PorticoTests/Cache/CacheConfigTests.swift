@@ -5,7 +5,7 @@ import Testing
 struct CacheConfigTests {
     func cache(_ body: String) throws -> CacheConfig? {
         let config = try load("middleware:\n  c:\n    type: cache\n" + body + minimalRoute)
-        guard case .cache(let cache) = config.middleware["c"] else { return nil }
+        guard let cache = config.middleware["c"]?.settings(as: CacheConfig.self) else { return nil }
         return cache
     }
 

@@ -5,7 +5,7 @@ import Testing
 struct CompressConfigTests {
     func compress(_ body: String) throws -> CompressConfig? {
         let config = try load("middleware:\n  c:\n    type: compress\n" + body + minimalRoute)
-        guard case .compress(let compress) = config.middleware["c"] else { return nil }
+        guard let compress = config.middleware["c"]?.settings(as: CompressConfig.self) else { return nil }
         return compress
     }
 

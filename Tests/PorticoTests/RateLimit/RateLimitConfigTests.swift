@@ -5,7 +5,7 @@ import Testing
 struct RateLimitConfigTests {
     func rateLimit(_ body: String) throws -> RateLimitConfig? {
         let config = try load("middleware:\n  l:\n    type: rate_limit\n" + body + minimalRoute)
-        guard case .rateLimit(let limit) = config.middleware["l"] else { return nil }
+        guard let limit = config.middleware["l"]?.settings(as: RateLimitConfig.self) else { return nil }
         return limit
     }
 

@@ -5,7 +5,7 @@ import Testing
 struct RetryConfigTests {
     func retry(_ body: String) throws -> RetryConfig {
         let config = try load("middleware:\n  r:\n    type: retry\n" + body + minimalRoute)
-        guard case .retry(let retry) = config.middleware["r"] else {
+        guard let retry = config.middleware["r"]?.settings(as: RetryConfig.self) else {
             Issue.record("not a retry middleware")
             return RetryConfig()
         }
