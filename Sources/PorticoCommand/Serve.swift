@@ -1,74 +1,64 @@
 import ArgumentParser
-import Dispatch
-import Foundation
 import Logging
 import Portico
 import Prometheus
-
-#if canImport(Glibc)
-import Glibc
-#endif
+import ServiceLifecycle
+import UnixSignals
 
 /// Runs a gateway until SIGINT or SIGTERM; SIGHUP reloads the configuration file.
+///
+/// The proxy and admin listeners are services of one `ServiceGroup`, which turns SIGINT and
+/// SIGTERM into a graceful shutdown of each in reverse order: the proxy drains first (`/readyz`
+/// answers 503 from the first moment), and the admin listener stops only once it has.
 enum Serve {
     static func run(config: PorticoConfig, file: String?, logger: Logger, registry: PrometheusCollectorRegistry,
                     onStart: (UInt16) async throws -> Void = { _ in }) async throws {
+        var services: [any Service] = []
         let server: GatewayServer
-        var admin: AdminServer?
         do {
             server = try GatewayServer(config: config, configFile: file, logger: logger)
             try server.start()
             if config.admin.enabled {
-                let adminServer = AdminServer(config: config.admin, gateway: server, logger: logger) {
+                let admin = AdminServer(config: config.admin, gateway: server, logger: logger) {
                     registry.emitToBuffer()
                 }
-                let port = try adminServer.start()
+                let port = try admin.start()
                 logger.info("admin listening", metadata: ["address": .string(config.admin.address), "port": .stringConvertible(port)])
-                admin = adminServer
+                services.append(AdminService(admin: admin))
             }
         } catch {
             logger.critical("cannot start", metadata: ["error": .string(String(describing: error))])
             throw ExitCode(1)
         }
+        services.append(ProxyService(server: server, logger: logger))
         try await onStart(server.port)
-        for await signal in Signals.stream([SIGINT, SIGTERM, SIGHUP]) {
-            switch signal {
-            case SIGHUP:
-                // Errors are logged by the server; the old configuration keeps serving.
-                try? server.reloadFromFile()
-            default:
-                logger.info("shutting down", metadata: ["signal": .stringConvertible(signal)])
-                // /readyz turns 503 at once; the admin listener stays up until the proxy has drained.
-                await server.shutdown()
-                await admin?.stop()
-                return
-            }
-        }
+        let group = ServiceGroup(configuration: .init(services: services.map { .init(service: $0) },
+                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
     }
 }
 
-/// Unix signals as an async sequence (the default handlers are disabled for those listed).
-enum Signals {
-    static func stream(_ signals: [Int32]) -> AsyncStream<Int32> {
-        AsyncStream { continuation in
-            let queue = DispatchQueue(label: "portico.signals")
-            let sources = signals.map { number -> any DispatchSourceSignal in
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler { continuation.yield(number) }
-                source.resume()
-                return source
-            }
-            let box = SourceBox(sources: sources)
-            continuation.onTermination = { _ in box.cancel() }
-        }
-    }
+/// The proxy listener: reloads on SIGHUP until a graceful shutdown, then drains and stops.
+struct ProxyService: Service {
+    let server: GatewayServer
+    let logger: Logger
 
-    /// Keeps the dispatch sources alive while the stream is; cancelled once on termination.
-    private final class SourceBox: Sendable {
-        // Dispatch sources are thread-safe; the array is never mutated after init.
-        nonisolated(unsafe) let sources: [any DispatchSourceSignal]
-        init(sources: [any DispatchSourceSignal]) { self.sources = sources }
-        func cancel() { sources.forEach { $0.cancel() } }
+    func run() async throws {
+        for await _ in await UnixSignalsSequence(trapping: .sighup).cancelOnGracefulShutdown() {
+            // Errors are logged by the server; the old configuration keeps serving.
+            try? server.reloadFromFile()
+        }
+        logger.info("shutting down")
+        await server.shutdown()
+    }
+}
+
+/// The admin listener: stays up until the group shuts it down, after the proxy has drained.
+struct AdminService: Service {
+    let admin: AdminServer
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        await admin.stop()
     }
 }
