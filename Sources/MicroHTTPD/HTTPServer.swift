@@ -20,8 +20,10 @@ public final class HTTPServer: Sendable {
         /// Answered already: queued at once, on libmicrohttpd's thread, with no task and no
         /// suspension.
         case now(ServerResponse)
-        /// Answered by this work, run in a task while the connection is suspended.
-        case later(@Sendable () async -> ServerResponse)
+        /// Answered by this work, run in a task while the connection is suspended. `requestID`
+        /// (the handler's own name for the request) is passed to `refusalResponse` when the
+        /// server answers instead: past the deadline, or while stopping.
+        case later(@Sendable () async -> ServerResponse, requestID: String? = nil)
     }
 
     /// Called on a libmicrohttpd thread for every complete request. It must not block or wait:
@@ -255,7 +257,7 @@ final class ServerCore: Sendable {
             let remaining = state.withLock { Array($0.inFlight.values) }
             let suspended = admissions.load(ordering: .sequentiallyConsistent) / Self.oneAdmission
             for pending in remaining {
-                pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
+                pending.complete(configuration.refusalResponse(.shuttingDown, pending.requestID))
             }
             if suspended == 0 { break }
             try? await Task.sleep(for: .milliseconds(5))
@@ -316,8 +318,7 @@ final class ServerCore: Sendable {
                 state.inFlight.values.filter { now > $0.deadline.advanced(by: grace) }
             }
             for pending in overdue {
-                pending.complete(configuration.errorResponse(504, "request_timeout",
-                                                             "the request was not answered within its deadline"))
+                pending.complete(configuration.refusalResponse(.deadlineExceeded, pending.requestID))
             }
         }
     }

@@ -47,10 +47,10 @@ public final class GatewayServer: Sendable {
         configuration.errorLog = { message in
             logger.warning("libmicrohttpd: \(message)")
         }
-        configuration.errorResponse = { status, code, message in
-            let error = GatewayError(status: .init(code: status), code: code, message: message)
-            var response = ServerResponse(error.response(requestID: RequestID.generate()), isHead: false)
-            response.closeConnection = status != 504
+        configuration.refusalResponse = { refusal, requestID in
+            let error = GatewayError(refusal)
+            var response = ServerResponse(error.response(requestID: requestID ?? RequestID.generate()), isHead: false)
+            response.closeConnection = refusal != .deadlineExceeded
             return response
         }
         return configuration
