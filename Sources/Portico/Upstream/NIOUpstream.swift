@@ -132,7 +132,7 @@ final class NIOUpstream: UpstreamClient {
             // After the head the handshake is long done: a TLS error then is a broken connection.
             if !afterHead, let tls = TLSFailure.describe(nioError: error) { return .tls(tls) }
             if !afterHead, let words = NetworkFailure.describe(nioConnectError: error) { return .connectFailed(words) }
-            return afterHead ? .connectionClosed("connection failed") : .connectFailed("connection failed")
+            return afterHead ? .connectionClosed("the connection broke off") : .connectFailed("connection failed")
         }
     }
 }
