@@ -119,20 +119,18 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         request.headers = collector.headers
         request.headBytes = methodName.utf8.count + request.target.utf8.count + 12 + collector.bytes
         if request.headBytes > limits.maxHeaderBytes {
-            return queue(limits.errorResponse(431, "request_header_fields_too_large",
-                                              "request head exceeds the limit of \(limits.maxHeaderBytes) bytes"),
+            return queue(limits.refusalResponse(.headTooLarge(limit: limits.maxHeaderBytes), nil),
                          on: connection, isHead: false, draining: true)
         }
-        if let problem = RequestHeadRules.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
+        if let refusal = RequestHeadRules.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
                                                   target: request.target, headers: request.headers) {
-            return queue(limits.errorResponse(problem.status, problem.code, problem.message),
+            return queue(limits.refusalResponse(refusal, nil),
                          on: connection, isHead: false, draining: true)
         }
         if let length = request.headers.first(where: { $0.name.isFieldName("content-length") })?.value,
            let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
             // Answer before reading the body; libmicrohttpd closes the connection afterwards.
-            return queue(limits.errorResponse(413, "payload_too_large",
-                                              "request body exceeds the limit of \(limits.maxBodyBytes) bytes"),
+            return queue(limits.refusalResponse(.bodyTooLarge(limit: limits.maxBodyBytes), nil),
                          on: connection, isHead: false, draining: true)
         }
         return portico_yes
@@ -171,20 +169,22 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     // suspended. Admitted before the handler runs, so work it returns is always run.
     guard core.admit() else {
         // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
-        return queue(limits.errorResponse(503, "shutting_down", "the server is shutting down"),
+        return queue(limits.refusalResponse(.shuttingDown, nil),
                      on: connection, isHead: methodName == "HEAD", draining: true)
     }
     let work: @Sendable () async -> ServerResponse
+    let requestID: String?
     switch core.answering(serverRequest) {
     case .now(let response):
         core.withdraw()
         return queue(fitted(response, after: request, core: core), on: connection, isHead: methodName == "HEAD",
                      draining: core.isDraining)
-    case .later(let later):
+    case .later(let later, let id):
         work = later
+        requestID = id
     }
     let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
-                                  isHead: methodName == "HEAD") { [weak core] pending in
+                                  isHead: methodName == "HEAD", requestID: requestID) { [weak core] pending in
         core?.completed(pending)
     }
     context.pending = pending
@@ -225,7 +225,7 @@ private func fitted(_ response: ServerResponse, after request: RequestInProgress
     guard head > limits.connectionMemoryBytes - used else { return response }
     core.log("a response head of \(head) bytes does not fit in the \(limits.connectionMemoryBytes - used) bytes of connection "
              + "memory its request left (listen.max_header_bytes sets it): answered 502")
-    return limits.errorResponse(502, "response_head_too_large", "the response head is too large to send")
+    return limits.refusalResponse(.responseHeadTooLarge, nil)
 }
 
 /// Builds the libmicrohttpd response and queues it. Every C call's result is checked.

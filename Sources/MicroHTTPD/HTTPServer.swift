@@ -20,8 +20,10 @@ public final class HTTPServer: Sendable {
         /// Answered already: queued at once, on libmicrohttpd's thread, with no task and no
         /// suspension.
         case now(ServerResponse)
-        /// Answered by this work, run in a task while the connection is suspended.
-        case later(@Sendable () async -> ServerResponse)
+        /// Answered by this work, run in a task while the connection is suspended. `requestID`
+        /// (the handler's own name for the request) is passed to `refusalResponse` when the
+        /// server answers instead: past the deadline, or while stopping.
+        case later(@Sendable () async -> ServerResponse, requestID: String? = nil)
     }
 
     /// Called on a libmicrohttpd thread for every complete request. It must not block or wait:
@@ -286,7 +288,7 @@ final class ServerCore: Sendable {
             let remaining = state.withLock { Array($0.inFlight.values) }
             let suspended = admissions.load(ordering: .sequentiallyConsistent)
             for pending in remaining {
-                pending.complete(configuration.errorResponse(503, "shutting_down", "the server is shutting down"))
+                pending.complete(configuration.refusalResponse(.shuttingDown, pending.requestID))
             }
             if suspended == 0 { break }
             try? await Task.sleep(for: .milliseconds(5))
@@ -350,8 +352,7 @@ final class ServerCore: Sendable {
                 state.inFlight.values.filter { now > $0.deadline.advanced(by: grace) }
             }
             for pending in overdue {
-                pending.complete(configuration.errorResponse(504, "request_timeout",
-                                                             "the request was not answered within its deadline"))
+                pending.complete(configuration.refusalResponse(.deadlineExceeded, pending.requestID))
             }
         }
     }
@@ -473,13 +474,14 @@ final class ServerCore: Sendable {
             return portico_mhd_head_received(handle.connection) != 0 && portico_mhd_has_response(handle.connection) == 0
         }
         guard refusing.count == 1, let handle = refusing.first, handle.socket >= 0 else {
-            log("libmicrohttpd refused a request (\(refusal.message)) and its connection could not be told apart")
+            log("libmicrohttpd refused a request (\(refusal)) and its connection could not be told apart")
             return
         }
         // Seen: a later refusal on this thread must not find this connection again.
         handle.context.takeUnretainedValue().request?.headersSeen = true
         if configuration.tls == nil {
-            let bytes = configuration.errorResponse(refusal.status, refusal.code, refusal.message).serialized(date: imfFixdateNow())
+            let answer = configuration.refusalResponse(refusal.refusal(maxBodyBytes: configuration.maxBodyBytes), nil)
+            let bytes = answer.serialized(date: imfFixdateNow())
             // One small write to a socket whose previous response is long sent: it fits in the
             // send buffer. A short write still ends in the shutdown below, so the client sees a
             // response shorter than its Content-Length, never a complete-looking wrong one.

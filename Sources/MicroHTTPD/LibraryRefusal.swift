@@ -30,24 +30,11 @@ enum LibraryRefusal: Equatable {
         }
     }
 
-    var status: Int {
+    /// How the server answers it, given its body limit.
+    func refusal(maxBodyBytes: Int) -> ServerRefusal {
         switch self {
-        case .contentLengthTooLarge: 413
-        case .contentLengthMalformed: 400
-        }
-    }
-
-    var code: String {
-        switch self {
-        case .contentLengthTooLarge: "payload_too_large"
-        case .contentLengthMalformed: "bad_request"
-        }
-    }
-
-    var message: String {
-        switch self {
-        case .contentLengthTooLarge: "the declared Content-Length is beyond what the server can count"
-        case .contentLengthMalformed: "Content-Length must be one decimal number"
+        case .contentLengthTooLarge: .bodyTooLarge(limit: maxBodyBytes)
+        case .contentLengthMalformed: .badFraming("Content-Length must be one decimal number")
         }
     }
 }

@@ -19,14 +19,17 @@ final class PendingResponse: Sendable {
     let connection: Connection
     let deadline: ContinuousClock.Instant
     let isHead: Bool
+    /// The handler's name for the request, for the server's own answers.
+    let requestID: String?
     private let state = Mutex(State())
     private let onComplete: @Sendable (PendingResponse) -> Void
 
-    init(connection: OpaquePointer, deadline: ContinuousClock.Instant, isHead: Bool,
+    init(connection: OpaquePointer, deadline: ContinuousClock.Instant, isHead: Bool, requestID: String?,
          onComplete: @escaping @Sendable (PendingResponse) -> Void) {
         self.connection = Connection(pointer: connection)
         self.deadline = deadline
         self.isHead = isHead
+        self.requestID = requestID
         self.onComplete = onComplete
     }
 

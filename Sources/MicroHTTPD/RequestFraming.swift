@@ -7,14 +7,8 @@
 /// smuggled past one parser and not another, so it is refused outright: the answer closes the
 /// connection, as the rest of the bytes cannot be framed.
 enum RequestFraming {
-    struct Problem: Equatable {
-        var status: Int
-        var code: String
-        var message: String
-    }
-
     /// The problem with the head's framing, or nil when libmicrohttpd frames it unambiguously.
-    static func problem(version: String, headers: [(name: String, value: String)]) -> Problem? {
+    static func problem(version: String, headers: [(name: String, value: String)]) -> ServerRefusal? {
         var lengths = 0
         var encodings: [String] = []
         for (name, value) in headers {
@@ -47,12 +41,11 @@ enum RequestFraming {
             // `chunked` spread over empty list elements or fields: valid, but not what libmicrohttpd decodes.
             return bad("Transfer-Encoding must be exactly \"chunked\"")
         }
-        return Problem(status: 501, code: "not_implemented",
-                       message: "transfer codings other than chunked are not supported")
+        return .unsupportedTransferCoding
     }
 
-    private static func bad(_ message: String) -> Problem {
-        Problem(status: 400, code: "bad_request", message: message)
+    private static func bad(_ message: String) -> ServerRefusal {
+        .badFraming(message)
     }
 }
 

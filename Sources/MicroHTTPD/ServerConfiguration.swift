@@ -31,8 +31,11 @@ public struct ServerConfiguration: Sendable {
     public var tls: TLS?
     /// libmicrohttpd's own diagnostics (bind failures, protocol errors); `nil` discards them.
     public var errorLog: (@Sendable (String) -> Void)?
-    /// Built-in answers for failures detected before the handler runs (413, 431, 400, timeout).
-    public var errorResponse: @Sendable (_ status: Int, _ code: String, _ message: String) -> ServerResponse = ServerResponse.plainError
+    /// Renders what the server answers by itself (413, 431, 400, 503 while stopping, 504 past the
+    /// deadline) in the application's error shape. `requestID` is the one the handler gave its
+    /// `.later` answer, for refusals of a request already handed over (deadline, shutdown).
+    public var refusalResponse: @Sendable (_ refusal: ServerRefusal, _ requestID: String?) -> ServerResponse
+        = ServerRefusal.plainResponse
 
     public init() {}
 

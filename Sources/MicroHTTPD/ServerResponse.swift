@@ -44,12 +44,6 @@ public struct ServerResponse: Sendable {
         }
         set { payload = .bytes(newValue) }
     }
-
-    /// The default answer for failures the server detects itself.
-    public static let plainError: @Sendable (Int, String, String) -> ServerResponse = { status, code, message in
-        ServerResponse(status: status, headers: [("Content-Type", "text/plain; charset=utf-8")],
-                       body: Array("\(code): \(message)\n".utf8), closeConnection: status >= 400 && status != 404)
-    }
 }
 
 /// Immutable bytes owned by an object: a response body libmicrohttpd can send straight from

@@ -226,7 +226,7 @@ struct HTTPServerTests {
                 #expect(response?.headers.filter { $0.name.hasPrefix("X-R") }.count == size / 1024)
             } else {
                 #expect(response?.status == 502)
-                #expect(response?.bodyText.contains("response_head_too_large") == true)
+                #expect(response?.bodyText == "the response head is too large to send\n")
             }
         }
     }
@@ -318,6 +318,35 @@ struct HTTPServerTests {
             #expect(try await connection.readResponse()?.status == 504)
             #expect(await eventually { server.inFlightRequests == 0 })
         }
+    }
+
+    @Test("the server's own answers go through the configured renderer, with the handler's request id")
+    func refusalRenderer() async throws {
+        var configuration = ServerConfiguration()
+        configuration.requestTimeout = .milliseconds(200)
+        configuration.maxHeaderBytes = 2048
+        configuration.refusalResponse = { refusal, requestID in
+            ServerResponse(status: refusal.status, body: Array("\(refusal) \(requestID ?? "none")".utf8),
+                           closeConnection: true)
+        }
+        let server = HTTPServer(configuration: configuration) { request -> HTTPServer.Answer in
+            .later({
+                try? await Task.sleep(for: .seconds(60))
+                return ServerResponse(status: 200)
+            }, requestID: request.header("x-id"))
+        }
+        try server.start()
+        let late = try RawHTTPConnection(port: Int(server.port))
+        try await late.send("GET / HTTP/1.1\r\nHost: x\r\nX-Id: abc\r\n\r\n")
+        let timedOut = try await late.readResponse()
+        let large = try RawHTTPConnection(port: Int(server.port))
+        try await large.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 4000))\r\n\r\n")
+        let refused = try await large.readResponse()
+        await server.stop(grace: .seconds(1))
+        #expect(timedOut?.status == 504)
+        #expect(timedOut.map { String(decoding: $0.body, as: UTF8.self) } == "deadlineExceeded abc")
+        #expect(refused?.status == 431)
+        #expect(refused.map { String(decoding: $0.body, as: UTF8.self) } == "headTooLarge(limit: 2048) none")
     }
 
     @Test("HEAD gets the headers and Content-Length of the body it does not get")

@@ -4,7 +4,7 @@ import PorticoTesting
 import Testing
 
 /// Requests refused before any handler runs: each gets exactly one response head, in the
-/// server's error shape (`ServerConfiguration.errorResponse`), and the connection is closed.
+/// server's error shape (`ServerConfiguration.refusalResponse`), and the connection is closed.
 @Suite("MicroHTTPD refusals")
 struct RefusalTests {
     struct Case: Sendable, CustomTestStringConvertible {
@@ -36,9 +36,15 @@ struct RefusalTests {
     /// Renders refusals as `code|message`, so the test sees they came from the configured renderer.
     static func configure(_ configuration: inout ServerConfiguration) {
         configuration.threads = 1
-        configuration.errorResponse = { status, code, message in
-            ServerResponse(status: status, headers: [("Content-Type", "application/json")],
-                           body: Array("{\"error\":\"\(code)\",\"message\":\"\(message)\"}".utf8), closeConnection: true)
+        configuration.refusalResponse = { refusal, _ in
+            let code = switch refusal {
+            case .bodyTooLarge: "payload_too_large"
+            case .badFraming, .malformedHead: "bad_request"
+            default: "other"
+            }
+            return ServerResponse(status: refusal.status, headers: [("Content-Type", "application/json")],
+                                  body: Array("{\"error\":\"\(code)\",\"message\":\"\(refusal.message)\"}".utf8),
+                                  closeConnection: true)
         }
     }
 

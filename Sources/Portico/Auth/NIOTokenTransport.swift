@@ -16,14 +16,7 @@ final class NIOTokenTransport: TokenTransport {
     private let limit: Int
 
     init(tokenURL: URL, tls: TLSClientConfig, timeout: Duration, limit: Int) {
-        var configuration = HTTPClient.Configuration()
-        configuration.redirectConfiguration = .disallow
-        configuration.tlsConfiguration = tls.nioConfiguration
-        configuration.httpVersion = .http1Only
-        configuration.timeout = .init(connect: TimeAmount(timeout), read: TimeAmount(timeout))
-        // Fail the call at once (a TLS failure would otherwise be retried until the deadline):
-        // the token manager owns backoff between attempts.
-        configuration.connectionPool.retryConnectionEstablishment = false
+        var configuration = HTTPClient.Configuration.portico(tls: tls, connectTimeout: timeout, readTimeout: timeout)
         configuration.dnsOverride = tls.addressing(tokenURL).dnsOverride
         self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         self.tls = tls
@@ -56,8 +49,8 @@ final class NIOTokenTransport: TokenTransport {
             if let tls = TLSFailure.describe(nioError: error) {
                 throw TokenEndpointError(.transport("TLS failure: \(tls)"))
             }
-            // The error kind only: descriptions may carry the token URL.
-            throw TokenEndpointError(.transport("request failed (\(type(of: error)))"))
+            // In words, never the description: it may carry the token URL.
+            throw TokenEndpointError(.transport(NetworkFailure.describe(nioConnectError: error) ?? "request failed"))
         }
     }
 

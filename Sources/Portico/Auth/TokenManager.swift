@@ -178,7 +178,7 @@ public actor TokenManager {
         var detail = "no valid token"
         if let lastError { detail += " (\(lastError.description))" }
         if isShutDown { detail = "the credential was shut down" }
-        return .credentialsUnavailable(name, detail)
+        return .credentialsUnavailable(name, detail, cause: isShutDown ? nil : lastError)
     }
 
     private func startRefresh() -> Task<AccessToken, any Error> {

@@ -94,8 +94,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         }
         if directives.onlyIfCached {
             let status = CacheStatus(.onlyIfCached, detail: "only-if-cached")
-            var error = GatewayError(status: .gatewayTimeout, code: "not_cached",
-                                     message: "only-if-cached: no stored response can answer this request")
+            var error = GatewayError(.notCached, message: "only-if-cached: no stored response can answer this request")
             record(status, in: &error.headerFields, context: context)
             throw error
         }

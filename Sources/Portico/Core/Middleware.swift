@@ -15,7 +15,7 @@ public typealias NextHandler = @Sendable (GatewayRequest, RequestContext) async 
 ///
 /// struct Deny: Middleware {
 ///     func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
-///         throw GatewayError(status: .forbidden, code: "forbidden", message: "not here")
+///         throw GatewayError.notFound(path: request.path)
 ///     }
 /// }
 /// ```

@@ -64,7 +64,7 @@ public final class Gateway: Sendable {
             return .now(finished(finish(immediate, requestID: exchange.context.requestID, isHead: exchange.isHead),
                                  route: exchange.route.name, method: serverRequest.method, since: start))
         }
-        return .later { [self] in
+        return .later({ [self] in
             defer { exchange.leave() }
             let answer: GatewayResponse
             do {
@@ -74,14 +74,14 @@ public final class Gateway: Sendable {
             }
             return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
                             route: exchange.route.name, method: serverRequest.method, since: start)
-        }
+        }, requestID: exchange.context.requestID)
     }
 
     /// The answer to `serverRequest`, at once or after its work has run.
     public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
         switch answer(serverRequest) {
         case .now(let response): response
-        case .later(let work): await work()
+        case .later(let work, _): await work()
         }
     }
 

@@ -47,11 +47,11 @@ public final class GatewayServer: Sendable {
         configuration.errorLog = { message in
             logger.warning("libmicrohttpd: \(message)")
         }
-        configuration.errorResponse = { status, code, message in
-            let error = GatewayError(status: .init(code: status), code: code, message: message)
-            let requestID = RequestID.generate()
+        configuration.refusalResponse = { refusal, requestID in
+            let error = GatewayError(refusal)
+            let requestID = requestID ?? RequestID.generate()
             var response = ServerResponse(error.response(requestID: requestID), isHead: false, requestID: requestID)
-            response.closeConnection = status != 504
+            response.closeConnection = refusal != .deadlineExceeded
             return response
         }
         return configuration

@@ -53,10 +53,10 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
                 error: nil, start: start)
             return response
         case .failure(let error as GatewayError):
-            log(request, context: context, status: error.status.code, bytesOut: 0, error: error.code, start: start)
+            log(request, context: context, status: error.status.code, bytesOut: 0, error: error.kind.name, start: start)
             throw error
         case .failure(let error):
-            log(request, context: context, status: 500, bytesOut: 0, error: "internal_error", start: start)
+            log(request, context: context, status: 500, bytesOut: 0, error: GatewayError.Kind.internalError.name, start: start)
             throw error
         }
     }

@@ -108,20 +108,15 @@ public struct RetryMiddleware: Middleware {
         }
     }
 
-    /// Maps what the transports throw (`UpstreamError.gatewayError`) back to a condition.
-    /// Connect failures and resets share the 502 `upstream_unavailable` code and differ in
-    /// the message's stable prefix; TLS failures are not retried (a bad certificate stays bad).
+    /// The condition a failure meets, from its kind alone (the message never matters): connect
+    /// failures, resets and timeouts; TLS failures are not retried (a bad certificate stays bad).
     public static func classify(_ error: any Error) -> RetryConfig.Condition? {
         guard let error = error as? GatewayError else { return nil }
-        switch error.code {
-        case "upstream_timeout":
-            return .timeout
-        case "upstream_unavailable":
-            if error.message.contains(": connect failed: ") { return .connectError }
-            if error.message.contains(": connection closed: ") { return .reset }
-            return nil
-        default:
-            return nil
+        switch error.kind {
+        case .upstreamTimeout, .upstreamConnectTimeout: return .timeout
+        case .upstreamConnectFailed: return .connectError
+        case .upstreamConnectionClosed: return .reset
+        default: return nil
         }
     }
 }

@@ -26,20 +26,12 @@ final class NIOUpstream: UpstreamClient {
         self.config = config
         self.target = UpstreamTarget(baseURL: config.url)
         requestLogger = logger.logLevel <= .debug ? logger : Logger(label: logger.label, factory: { _ in SwiftLogNoOpLogHandler() })
-        var configuration = HTTPClient.Configuration()
-        configuration.redirectConfiguration = .disallow
-        configuration.decompression = .disabled
-        configuration.httpVersion = .http1Only
-        // No tracer: even the no-op default re-parses every request URL for span attributes.
-        configuration.tracing.tracer = nil
-        // AsyncHTTPClient also bounds the wait for a free pooled connection by `connect`: a burst
-        // larger than `max_connections` that waits longer than `connect_timeout` fails with 504.
-        configuration.timeout = .init(connect: TimeAmount(config.connectTimeout), read: TimeAmount(config.timeout))
-        configuration.connectionPool = .init(idleTimeout: TimeAmount(config.idleTimeout),
-                                             concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections))
-        // Fail fast when the upstream refuses: the retry middleware owns retries and their budget.
-        configuration.connectionPool.retryConnectionEstablishment = false
-        configuration.tlsConfiguration = config.tls.nioConfiguration
+        // A burst larger than `max_connections` that waits longer than `connect_timeout` for a
+        // pooled connection fails with 504.
+        var configuration = HTTPClient.Configuration.portico(
+            tls: config.tls, connectTimeout: config.connectTimeout, readTimeout: config.timeout,
+            connectionPool: .init(idleTimeout: TimeAmount(config.idleTimeout),
+                                  concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections)))
         let addressing = config.tls.addressing(config.url)
         configuration.dnsOverride = addressing.dnsOverride
         let requestTarget = UpstreamTarget(baseURL: addressing.url)
@@ -89,7 +81,8 @@ final class NIOUpstream: UpstreamClient {
             }
             return Self.makeResponse(response.head, body: request.method == .head ? ByteBuffer() : response.body)
         } catch {
-            guard let mapped = Self.classify(error, afterHead: collector.afterHead, limit: limit) else { throw error }
+            guard let mapped = Self.classify(error, afterHead: collector.afterHead, limit: limit)?.reaching(target.authority)
+            else { throw error }
             mapped.log(upstream: config.name, to: context.logger)
             throw mapped.gatewayError(upstream: config.name)
         }
@@ -133,12 +126,13 @@ final class NIOUpstream: UpstreamClient {
             if case .invalidEOFState = error { return .connectionClosed("closed before the body was complete") }
             return .protocolError("\(error)")
         case let error as IOError:
-            return afterHead ? .connectionClosed("errno \(error.errnoCode)") : .connectFailed("errno \(error.errnoCode)")
+            let words = NetworkFailure.describe(errno: error.errnoCode)
+            return afterHead ? .connectionClosed(words) : .connectFailed(words)
         default:
             // After the head the handshake is long done: a TLS error then is a broken connection.
             if !afterHead, let tls = TLSFailure.describe(nioError: error) { return .tls(tls) }
-            let kind = String(describing: type(of: error))
-            return afterHead ? .connectionClosed(kind) : .connectFailed(kind)
+            if !afterHead, let words = NetworkFailure.describe(nioConnectError: error) { return .connectFailed(words) }
+            return afterHead ? .connectionClosed("the connection broke off") : .connectFailed("connection failed")
         }
     }
 }

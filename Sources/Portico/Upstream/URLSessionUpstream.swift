@@ -5,10 +5,9 @@ import FoundationNetworking
 import HTTPTypes
 import Logging
 import NIOCore
-import Synchronization
 
-/// The `urlsession` transport: one URLSession per upstream, driven through a
-/// `URLSessionDataDelegate` so redirects, auth challenges, body limits and deadlines are ours.
+/// The `urlsession` transport: one URLSession per upstream, driven through `URLSessionBridge`
+/// so redirects, auth challenges, body limits and deadlines are ours.
 ///
 /// What FoundationNetworking (libcurl underneath) does and how this transport copes
 /// (measured on Swift 6.3.1 / curl 7.88.1):
@@ -32,8 +31,7 @@ import Synchronization
 final class URLSessionUpstream: UpstreamClient {
     let config: UpstreamConfig
     private let target: UpstreamTarget
-    private let session: URLSession
-    private let delegate: URLSessionUpstreamDelegate
+    private let bridge: URLSessionBridge
     private let logger: Logger
 
     init(config: UpstreamConfig, logger: Logger) {
@@ -41,10 +39,8 @@ final class URLSessionUpstream: UpstreamClient {
         self.target = UpstreamTarget(baseURL: config.url)
         self.logger = logger
         // A backstop behind Portico's own deadline, which enforces sub-second timeouts.
-        let configuration = URLSessionConfiguration.portico(backstopSeconds: Int(config.timeout.components.seconds) + 2)
-        configuration.httpMaximumConnectionsPerHost = max(1, config.maxConnections)
-        self.delegate = URLSessionUpstreamDelegate()
-        self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+        bridge = URLSessionBridge(backstopSeconds: Int(config.timeout.components.seconds) + 2,
+                                  maxConnectionsPerHost: config.maxConnections)
     }
 
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
@@ -52,18 +48,23 @@ final class URLSessionUpstream: UpstreamClient {
         let deadline = upstreamDeadline(config: config, context: context)
         let limit = config.maxResponseBytes
         do {
-            let received = try await withUpstreamDeadline(deadline, clock: context.clock) { [session, delegate] in
-                try await delegate.run(session.dataTask(with: urlRequest), limit: limit)
+            let received = try await withUpstreamDeadline(deadline, clock: context.clock) { [bridge] in
+                do {
+                    return try await bridge.run(urlRequest, limit: limit)
+                } catch let failure as URLSessionBridge.Failure {
+                    throw Self.upstreamError(failure, limit: limit)
+                }
             }
             return try makeResponse(received, method: request.method)
         } catch let error as UpstreamError {
+            let error = error.reaching(target.authority)
             error.log(upstream: config.name, to: context.logger)
             throw error.gatewayError(upstream: config.name)
         }
     }
 
     func shutdown() async {
-        session.invalidateAndCancel()
+        bridge.shutdown()
     }
 
     // MARK: Request
@@ -78,8 +79,7 @@ final class URLSessionUpstream: UpstreamClient {
         guard let url = URL(string: urlString) else {
             throw GatewayError.badRequest("request target cannot be forwarded")
         }
-        let backstop = session.configuration.timeoutIntervalForRequest
-        var urlRequest = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: backstop)
+        var urlRequest = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: bridge.backstop)
         urlRequest.httpMethod = request.method.rawValue
         urlRequest.httpShouldHandleCookies = false
 
@@ -119,7 +119,7 @@ final class URLSessionUpstream: UpstreamClient {
 
     // MARK: Response
 
-    func makeResponse(_ received: URLSessionUpstreamDelegate.Received, method: HTTPRequest.Method) throws -> GatewayResponse {
+    func makeResponse(_ received: URLSessionBridge.Received, method: HTTPRequest.Method) throws -> GatewayResponse {
         let http = received.response
         guard (100...999).contains(http.statusCode) else {
             throw UpstreamError.protocolError("invalid status \(http.statusCode)").gatewayError(upstream: config.name)
@@ -219,172 +219,26 @@ final class URLSessionUpstream: UpstreamClient {
     }
 }
 
-/// The session delegate: collects each task's response and body and completes the waiting
-/// `send` exactly once (success, error, limit, 401 challenge or cancellation, whichever first).
-final class URLSessionUpstreamDelegate: NSObject, URLSessionDataDelegate, Sendable {
-    struct Received: Sendable {
-        var response: HTTPURLResponse
-        var body: ByteBuffer
-    }
-
-    /// One exchange. All state behind a Mutex: delegate callbacks arrive on URLSession's
-    /// queue while cancellation arrives from the awaiting task.
-    final class Exchange: Sendable {
-        struct State {
-            var continuation: CheckedContinuation<Received, any Error>?
-            var result: Result<Received, any Error>?
-            var response: HTTPURLResponse?
-            var body = ByteBuffer()
-        }
-
-        let limit: Int
-        let state = Mutex(State())
-
-        init(limit: Int) { self.limit = limit }
-
-        /// Installs the waiter; returns false when the exchange already finished (cancelled early).
-        func install(_ continuation: CheckedContinuation<Received, any Error>) -> Bool {
-            let finished: Result<Received, any Error>? = state.withLock { state in
-                if let result = state.result { return result }
-                state.continuation = continuation
-                return nil
-            }
-            if let finished {
-                continuation.resume(with: finished)
-                return false
-            }
-            return true
-        }
-
-        /// Completes the exchange once; later calls are ignored.
-        func finish(_ result: Result<Received, any Error>) {
-            let continuation: CheckedContinuation<Received, any Error>? = state.withLock { state in
-                guard state.result == nil else { return nil }
-                state.result = result
-                defer { state.continuation = nil }
-                return state.continuation
-            }
-            continuation?.resume(with: result)
-        }
-
-        /// Completes with what was received so far (used on the 401 challenge and on completion).
-        func finishWithReceived() -> Bool {
-            let received: Received? = state.withLock { state in
-                state.response.map { Received(response: $0, body: state.body) }
-            }
-            guard let received else { return false }
-            finish(.success(received))
-            return true
-        }
-
-        func receive(_ response: HTTPURLResponse) {
-            state.withLock { state in
-                // A redirect we refused or an interim response may come first: the last one wins.
-                state.response = response
-                state.body.clear()
-            }
-        }
-
-        /// Appends body bytes; false once the limit is passed.
-        func receive(_ data: Data) -> Bool {
-            state.withLock { state in
-                guard state.result == nil else { return true }
-                state.body.writeBytes(data)
-                return state.body.readableBytes <= limit
-            }
-        }
-
-        var hasResponse: Bool { state.withLock { $0.response != nil } }
-
-        /// Fewer body bytes than an unencoded response's `Content-Length` announced.
-        var isTruncated: Bool {
-            state.withLock { state in
-                guard let response = state.response, response.value(forHTTPHeaderField: "Content-Encoding") == nil,
-                      let declared = response.value(forHTTPHeaderField: "Content-Length").flatMap({ Int($0) })
-                else { return false }
-                return state.body.readableBytes < declared
-            }
+extension URLSessionUpstream {
+    /// What the bridge reports, as an upstream failure.
+    static func upstreamError(_ failure: URLSessionBridge.Failure, limit: Int) -> UpstreamError {
+        switch failure {
+        case .tooLarge(let limit): .responseTooLarge(limit: limit)
+        case .challengeWithoutResponse: .protocolError("authentication challenge without a response")
+        case .noResponse: .protocolError("no response")
+        case .truncated: .connectionClosed("closed before the body was complete")
+        case .shutDown: .connectFailed("the upstream client was shut down")
+        case .transport(let error, let hadResponse): classify(error, hadResponse: hadResponse, limit: limit)
         }
     }
 
-    private let exchanges = Mutex<[Int: Exchange]>([:])
-
-    func run(_ task: URLSessionDataTask, limit: Int) async throws -> Received {
-        let exchange = Exchange(limit: limit)
-        let id = task.taskIdentifier
-        exchanges.withLock { $0[id] = exchange }
-        defer { _ = exchanges.withLock { $0.removeValue(forKey: id) } }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                if exchange.install(continuation) { task.resume() }
-            }
-        } onCancel: {
-            // Resume now: never wait for URLSession to report the cancellation.
-            exchange.finish(.failure(CancellationError()))
-            task.cancel()
-        }
-    }
-
-    private func exchange(for task: URLSessionTask) -> Exchange? {
-        exchanges.withLock { $0[task.taskIdentifier] }
-    }
-
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
-        if let http = response as? HTTPURLResponse { exchange(for: dataTask)?.receive(http) }
-        completionHandler(.allow)
-    }
-
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        guard let exchange = exchange(for: dataTask) else { return }
-        if !exchange.receive(data) {
-            exchange.finish(.failure(UpstreamError.responseTooLarge(limit: exchange.limit)))
-            dataTask.cancel()
-        }
-    }
-
-    /// A gateway passes redirects through: refuse to follow, the 3xx becomes the response.
-    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                    newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
-        completionHandler(nil)
-    }
-
-    /// A 401 with a `Basic` challenge hangs the task forever on 6.3.1 once the challenge is
-    /// handled any other way; its head and body have already arrived through the data
-    /// delegate, so complete with them and cancel the challenge (the task ends with -999,
-    /// which the finished exchange ignores).
-    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
-                    completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
-        guard let exchange = exchange(for: task) else {
-            completionHandler(.cancelAuthenticationChallenge, nil)
-            return
-        }
-        if !exchange.finishWithReceived() {
-            exchange.finish(.failure(UpstreamError.protocolError("authentication challenge without a response")))
-        }
-        completionHandler(.cancelAuthenticationChallenge, nil)
-    }
-
-    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        guard let exchange = exchange(for: task) else { return }
-        if let error {
-            // curl's "partial file" (closed mid-body) arrives as URLError -1 (unknown).
-            if exchange.isTruncated {
-                exchange.finish(.failure(UpstreamError.connectionClosed("closed before the body was complete")))
-                return
-            }
-            exchange.finish(.failure(Self.classify(error, hadResponse: exchange.hasResponse, limit: exchange.limit)))
-        } else if !exchange.finishWithReceived() {
-            exchange.finish(.failure(UpstreamError.protocolError("no response")))
-        }
-    }
-
-    /// URLError → UpstreamError. Only the code is kept: descriptions carry the URL (and its query).
+    /// URLError → UpstreamError. Only the code is kept, in words: descriptions carry the URL
+    /// (and its query).
     static func classify(_ error: any Error, hadResponse: Bool, limit: Int) -> UpstreamError {
         guard let urlError = error as? URLError else {
-            return hadResponse ? .connectionClosed("transport error") : .connectFailed("transport error")
+            return hadResponse ? .connectionClosed("transport failure") : .connectFailed("transport failure")
         }
-        let detail = "URLError \(urlError.code.rawValue)"
+        let detail = NetworkFailure.describe(urlError.code)
         // On Linux a TLS failure is URLError -1 with curl's message; the message names no URL.
         if !hadResponse, let tls = TLSFailure.describe(curlMessage: urlError.localizedDescription) {
             return .tls(tls)

@@ -26,7 +26,7 @@ public struct UpstreamEndpoint: Responder {
         do {
             return try await client.send(request, context: context)
         } catch let error as GatewayError {
-            failure = error.code
+            failure = error.kind.name
             throw error
         } catch is CancellationError {
             failure = "cancelled"
@@ -40,7 +40,7 @@ public struct UpstreamEndpoint: Responder {
 
 /// Per-upstream metric handles, made once when the runtime is built:
 /// `portico_upstream_request_duration_seconds{upstream}` and
-/// `portico_upstream_errors_total{upstream,kind}` (kind: the error code, a fixed small set).
+/// `portico_upstream_errors_total{upstream,kind}` (kind: the `GatewayError.Kind` name, a fixed small set).
 public final class UpstreamMetrics: Sendable {
     private let duration: Metrics.Timer
     private let upstream: String

@@ -1,7 +1,8 @@
 import Logging
 
 /// What went wrong talking to an upstream, before it is mapped to the client-facing
-/// `GatewayError` (status + stable code).
+/// `GatewayError` (its kind decides status and code; this value stays on as its cause).
+/// Details are words a person reads ("connection refused"), never a library's numeric code.
 public enum UpstreamError: Error, Sendable, Equatable {
     /// No connection: refused, unreachable, name resolution failed.
     case connectFailed(String)
@@ -23,15 +24,29 @@ public enum UpstreamError: Error, Sendable, Equatable {
     /// timeouts → 504 `upstream_timeout` (like nginx, a connect timeout is a timeout);
     /// too large → 502 `upstream_response_too_large`; protocol → 502 `upstream_protocol_error`.
     public func gatewayError(upstream: String) -> GatewayError {
-        switch self {
-        case .connectFailed(let detail): .upstreamUnavailable(upstream, "connect failed: \(detail)")
-        case .connectTimeout: .upstreamConnectTimeout(upstream)
-        case .timeout: .upstreamTimeout(upstream)
-        case .connectionClosed(let detail): .upstreamUnavailable(upstream, "connection closed: \(detail)")
-        case .responseTooLarge(let limit): .upstreamResponseTooLarge(upstream, limit: limit)
-        case .protocolError(let detail): .upstreamProtocolError(upstream, detail)
-        case .tls(let detail): .upstreamTLSError(upstream, detail)
+        let (kind, message): (GatewayError.Kind, String) = switch self {
+        case .connectFailed(let detail):
+            (.upstreamConnectFailed, "upstream \(upstream): \(detail)")
+        case .connectTimeout:
+            (.upstreamConnectTimeout, "upstream \(upstream): no connection within the connect timeout")
+        case .timeout:
+            (.upstreamTimeout, "upstream \(upstream) did not answer within the deadline")
+        case .connectionClosed(let detail):
+            (.upstreamConnectionClosed, "upstream \(upstream): connection closed: \(detail)")
+        case .responseTooLarge(let limit):
+            (.upstreamResponseTooLarge, "upstream \(upstream) sent a body over the limit of \(limit) bytes")
+        case .protocolError(let detail):
+            (.upstreamProtocolError, "upstream \(upstream): \(detail)")
+        case .tls(let detail):
+            (.upstreamTLSError, "upstream \(upstream): TLS: \(detail)")
         }
+        return GatewayError(kind, message: message, cause: self)
+    }
+
+    /// A connect failure names the address it could not reach: `connection refused (127.0.0.1:18000)`.
+    func reaching(_ authority: String) -> UpstreamError {
+        guard case .connectFailed(let detail) = self else { return self }
+        return .connectFailed("\(detail) (\(authority))")
     }
 }
 

@@ -88,6 +88,24 @@ struct TokenEndpointClientTests {
         }
     }
 
+    @Test("an unreachable token endpoint is a transport error in words on both transports",
+          arguments: UpstreamConfig.Transport.allCases)
+    func refusedInWords(transport: UpstreamConfig.Transport) async throws {
+        let closed = try RefusingPort()
+        var config = OAuth2Config(tokenURL: URL(string: "http://127.0.0.1:\(closed.port)/token")!, clientID: "c", clientSecret: "s")
+        config.transport = transport
+        let client = TokenEndpointClient(config: config)
+        do throws(TokenEndpointError) {
+            _ = try await client.clientCredentials()
+            Issue.record("expected a failure")
+        } catch {
+            #expect(error.kind == .transport("connection refused"))
+            #expect(error.description == "token endpoint unreachable: connection refused")
+        }
+        client.shutdown()
+        withExtendedLifetime(closed) {}
+    }
+
     @Test("a wrong client secret is a 401 invalid_client error (the Basic challenge does not hang)")
     func badClient() async throws {
         try await withEndpoint { (endpoint) async throws in

@@ -56,7 +56,7 @@ struct CacheMetricsTests {
         let cache = CacheMiddleware(name: "test", CacheConfig(), store: store,
                                     metrics: CacheMetrics(cache: "test", factory: metrics))
         let upstream = ScriptedUpstream { n, request in
-            if request.target == "/down" && n > 4 { throw GatewayError.upstreamUnavailable("items", "refused") }
+            if request.target == "/down" && n > 4 { throw UpstreamError.connectFailed("refused").gatewayError(upstream: "items") }
             if n == 3 { return CacheFixture.response(304, headers: [("ETag", "\"a\"")], body: "") }
             return CacheFixture.response(headers: [("Cache-Control", "max-age=10, stale-if-error=100"), ("ETag", "\"a\"")],
                                          body: String(repeating: "x", count: 800))

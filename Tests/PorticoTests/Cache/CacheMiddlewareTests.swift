@@ -129,7 +129,7 @@ struct CacheMiddlewareTests {
         let upstream = ScriptedUpstream { n, _ in
             switch n {
             case 1: return CacheFixture.response(headers: [("Cache-Control", "max-age=10, stale-if-error=60")])
-            case 2: throw GatewayError.upstreamUnavailable("items", "connection refused")
+            case 2: throw UpstreamError.connectFailed("connection refused").gatewayError(upstream: "items")
             default: return CacheFixture.response(503, body: "down")
             }
         }
@@ -150,7 +150,7 @@ struct CacheMiddlewareTests {
         let cache = cache { $0.staleIfError = .seconds(300) }
         let upstream = ScriptedUpstream { n, _ in
             if n == 1 { return CacheFixture.response(headers: [("Cache-Control", "max-age=10, must-revalidate")]) }
-            throw GatewayError.upstreamUnavailable("items", "connection refused")
+            throw UpstreamError.connectFailed("connection refused").gatewayError(upstream: "items")
         }
         _ = try await send(cache, upstream)
         clock.advance(by: .seconds(20))

@@ -258,7 +258,7 @@ struct CompressMiddlewareTests {
         let middleware = CompressMiddleware(CompressConfig(), metricsFactory: TestMetrics())
         await #expect(throws: GatewayError.self) {
             _ = try await middleware.handle(F.request(), context: F.context()) { _, _ in
-                throw GatewayError(status: .badGateway, code: "upstream_unavailable", message: "down")
+                throw UpstreamError.connectFailed("down").gatewayError(upstream: "items")
             }
         }
     }

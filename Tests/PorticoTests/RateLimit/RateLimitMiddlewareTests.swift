@@ -60,7 +60,7 @@ struct RateLimitMiddlewareTests {
     @Test("errors from further in carry the headers too")
     func headersOnErrors() async throws {
         let middleware = RateLimitMiddleware(name: "limit", config())
-        let failing: NextHandler = { _, _ in throw GatewayError.upstreamTimeout("orders") }
+        let failing: NextHandler = { _, _ in throw UpstreamError.timeout.gatewayError(upstream: "orders") }
         let error = await #expect(throws: GatewayError.self) {
             _ = try await middleware.handle(RetryFixture.request(), context: RetryFixture.context(clock: clock), next: failing)
         }

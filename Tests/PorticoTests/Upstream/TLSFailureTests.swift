@@ -31,10 +31,10 @@ struct TLSFailureTests {
     @Test("URLError -1 carrying a TLS message is a TLS failure before a response, not after")
     func urlsessionClassification() {
         let error = URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: "SSL certificate problem: certificate has expired"])
-        #expect(URLSessionUpstreamDelegate.classify(error, hadResponse: false, limit: 1)
+        #expect(URLSessionUpstream.classify(error, hadResponse: false, limit: 1)
             == .tls("certificate verify failed: certificate has expired"))
-        #expect(URLSessionUpstreamDelegate.classify(URLError(.unknown), hadResponse: false, limit: 1) == .connectFailed("URLError -1"))
+        #expect(URLSessionUpstream.classify(URLError(.unknown), hadResponse: false, limit: 1) == .connectFailed("transport failure"))
         #expect(UpstreamError.tls("hostname mismatch").gatewayError(upstream: "billing")
-            == GatewayError(status: .badGateway, code: "upstream_tls_error", message: "upstream billing: TLS: hostname mismatch"))
+            == GatewayError(.upstreamTLSError, message: "upstream billing: TLS: hostname mismatch"))
     }
 }

@@ -1,9 +1,28 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import HTTPTypes
 import NIOCore
 @testable import Portico
 import Testing
 
 @Suite struct URLSessionDetailsTests {
+    @Test("refused, unresolvable and timed-out connections are told in words, not Foundation codes")
+    func failuresInWords() {
+        func classify(_ code: URLError.Code, hadResponse: Bool = false) -> UpstreamError {
+            URLSessionUpstream.classify(URLError(code), hadResponse: hadResponse, limit: 1)
+        }
+        #expect(classify(.cannotConnectToHost) == .connectFailed("connection refused"))
+        #expect(classify(.cannotFindHost) == .connectFailed("host name not found"))
+        #expect(classify(.dnsLookupFailed) == .connectFailed("host name not found"))
+        #expect(classify(.timedOut) == .timeout)
+        #expect(classify(.networkConnectionLost, hadResponse: true) == .connectionClosed("connection lost"))
+        #expect(UpstreamError.connectFailed("host name not found").reaching("files.internal:8080").gatewayError(upstream: "files").message
+            == "upstream files: host name not found (files.internal:8080)")
+        #expect(UpstreamError.timeout.gatewayError(upstream: "files").message == "upstream files did not answer within the deadline")
+    }
+
     @Test func splitsJoinedSetCookie() {
         let joined = "a=1; Expires=Wed, 21 Oct 2015 07:28:00 GMT; Path=/, b=2, c=x; HttpOnly,d=\"q\""
         #expect(URLSessionUpstream.splitSetCookie(joined) == [

@@ -309,6 +309,9 @@ import Testing
         withExtendedLifetime(closed) {}
         #expect(error?.status == .badGateway)
         #expect(error?.code == "upstream_unavailable")
+        #expect(error?.kind == .upstreamConnectFailed)
+        // Words and the address, never a library's numeric code.
+        #expect(error?.message == "upstream down: connection refused (127.0.0.1:\(closed.port))")
         #expect(elapsed < .seconds(45))  // not the 60 s upstream timeout; generous for loaded machines
     }
 
