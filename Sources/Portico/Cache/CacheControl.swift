@@ -46,15 +46,15 @@ public struct CacheControl: Sendable, Equatable {
 
     public var isEmpty: Bool { directives.isEmpty }
 
-    public func contains(_ name: String) -> Bool {
-        directives.contains { $0.name == name }
+    public func contains(_ name: Name) -> Bool {
+        directives.contains { $0.name == name.rawValue }
     }
 
     /// A delta-seconds argument. A directive repeated with the same value is fine; conflicting
     /// repeats are `invalid`.
-    public func seconds(_ name: String) -> Seconds {
+    public func seconds(_ name: Name) -> Seconds {
         var result = Seconds.absent
-        for directive in directives where directive.name == name {
+        for directive in directives where directive.name == name.rawValue {
             guard let argument = directive.argument, let value = Self.deltaSeconds(argument) else { return .invalid }
             if case .value(let earlier) = result, earlier != value { return .invalid }
             result = .value(value)
@@ -63,8 +63,8 @@ public struct CacheControl: Sendable, Equatable {
     }
 
     /// `max-stale` may come without an argument (any staleness): `.value(maxDeltaSeconds)` then.
-    public func secondsAllowingBare(_ name: String) -> Seconds {
-        if directives.contains(where: { $0.name == name && $0.argument == nil }) {
+    public func secondsAllowingBare(_ name: Name) -> Seconds {
+        if directives.contains(where: { $0.name == name.rawValue && $0.argument == nil }) {
             return .value(Self.maxDeltaSeconds)
         }
         return seconds(name)
@@ -72,10 +72,10 @@ public struct CacheControl: Sendable, Equatable {
 
     /// `no-cache` and `private` as a field-name list: `nil` when absent, empty when
     /// unqualified (applies to the whole response), the lower-cased names otherwise.
-    public func fieldNames(_ name: String) -> [String]? {
+    public func fieldNames(_ name: Name) -> [String]? {
         var found = false
         var names: [String] = []
-        for directive in directives where directive.name == name {
+        for directive in directives where directive.name == name.rawValue {
             found = true
             guard let argument = directive.argument else { return [] }
             let listed = argument.split(separator: ",").map { $0.trimmingWhitespace().lowercased() }.filter { !$0.isEmpty }
@@ -138,5 +138,36 @@ public struct CacheControl: Sendable, Equatable {
             if !name.isEmpty { result.append(Directive(name: name, argument: argument)) }
         }
         return result
+    }
+}
+
+extension CacheControl {
+    /// A directive name, lower-case. Every directive Portico reads or writes is named here, once
+    /// (RFC 9111 §5.2, RFC 5861 for the stale-* extensions, RFC 8246 for `immutable`); a string
+    /// literal works too, for names nobody needs twice.
+    public struct Name: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(stringLiteral value: String) { rawValue = value }
+        public var description: String { rawValue }
+
+        // Both directions (§5.2.1, §5.2.2).
+        public static let maxAge: Name = "max-age"
+        public static let noCache: Name = "no-cache"
+        public static let noStore: Name = "no-store"
+        public static let noTransform: Name = "no-transform"
+        // Requests (§5.2.1).
+        public static let maxStale: Name = "max-stale"
+        public static let minFresh: Name = "min-fresh"
+        public static let onlyIfCached: Name = "only-if-cached"
+        // Responses (§5.2.2).
+        public static let mustRevalidate: Name = "must-revalidate"
+        public static let proxyRevalidate: Name = "proxy-revalidate"
+        public static let `private`: Name = "private"
+        public static let `public`: Name = "public"
+        public static let sMaxAge: Name = "s-maxage"
+        public static let immutable: Name = "immutable"
+        public static let staleWhileRevalidate: Name = "stale-while-revalidate"
+        public static let staleIfError: Name = "stale-if-error"
     }
 }

@@ -27,15 +27,15 @@ public struct RequestDirectives: Sendable, Equatable {
                 value.split(separator: ",").contains { $0.trimmingWhitespace().lowercased() == "no-cache" }
             }
         } else {
-            noCache = cacheControl.contains("no-cache")
+            noCache = cacheControl.contains(.noCache)
         }
-        noStore = cacheControl.contains("no-store")
-        onlyIfCached = cacheControl.contains("only-if-cached")
+        noStore = cacheControl.contains(.noStore)
+        onlyIfCached = cacheControl.contains(.onlyIfCached)
         // A malformed request limit is read as the strictest value (0): the client gets a
         // validated response rather than an older one than it asked for.
-        maxAge = Self.duration(cacheControl.seconds("max-age"), invalid: .zero)
-        maxStale = Self.duration(cacheControl.secondsAllowingBare("max-stale"), invalid: nil)
-        minFresh = Self.duration(cacheControl.seconds("min-fresh"), invalid: .seconds(CacheControl.maxDeltaSeconds))
+        maxAge = Self.duration(cacheControl.seconds(.maxAge), invalid: .zero)
+        maxStale = Self.duration(cacheControl.secondsAllowingBare(.maxStale), invalid: nil)
+        minFresh = Self.duration(cacheControl.seconds(.minFresh), invalid: .seconds(CacheControl.maxDeltaSeconds))
         hasAuthorization = fields[.authorization] != nil
     }
 

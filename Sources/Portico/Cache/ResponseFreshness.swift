@@ -38,7 +38,7 @@ public struct ResponseFreshness: Sendable, Equatable {
         // conflicting value makes the response stale, as the RFC allows.
         var explicit: Duration?
         var invalid = false
-        for directive in ["s-maxage", "max-age"] {
+        for directive in [CacheControl.Name.sMaxAge, .maxAge] {
             switch cc.seconds(directive) {
             case .absent: continue
             case .value(let seconds): explicit = .seconds(seconds)
@@ -59,7 +59,7 @@ public struct ResponseFreshness: Sendable, Equatable {
         } else if invalid {
             lifetime = .zero
         } else if heuristicFraction > 0,
-                  Self.heuristicallyCacheable.contains(status) || cc.contains("public"),
+                  Self.heuristicallyCacheable.contains(status) || cc.contains(.public),
                   let lastModified = Self.singleDate(fields, .lastModified), lastModified < date {
             let seconds = date.timeIntervalSince(lastModified) * heuristicFraction
             lifetime = min(Self.duration(seconds), heuristicMax)
@@ -78,15 +78,15 @@ public struct ResponseFreshness: Sendable, Equatable {
         let responseDelay = Self.duration(max(0, responseTime.timeIntervalSince(requestTime)))
         initialAge = max(apparentAge, ageValue + responseDelay)
 
-        let noCacheFields = cc.fieldNames("no-cache")
+        let noCacheFields = cc.fieldNames(.noCache)
         noCache = noCacheFields?.isEmpty == true
         self.noCacheFields = noCacheFields ?? []
-        let sMaxAge = cc.seconds("s-maxage") != .absent
-        mustRevalidate = cc.contains("must-revalidate") || cc.contains("proxy-revalidate") || sMaxAge
-        sharedWithAuthorization = cc.contains("public") || cc.contains("must-revalidate") || sMaxAge
-        immutable = cc.contains("immutable")
-        staleWhileRevalidate = Self.window(cc.seconds("stale-while-revalidate"))
-        staleIfError = Self.window(cc.seconds("stale-if-error"))
+        let sMaxAge = cc.seconds(.sMaxAge) != .absent
+        mustRevalidate = cc.contains(.mustRevalidate) || cc.contains(.proxyRevalidate) || sMaxAge
+        sharedWithAuthorization = cc.contains(.public) || cc.contains(.mustRevalidate) || sMaxAge
+        immutable = cc.contains(.immutable)
+        staleWhileRevalidate = Self.window(cc.seconds(.staleWhileRevalidate))
+        staleIfError = Self.window(cc.seconds(.staleIfError))
     }
 
     /// `current_age` at `residentTime` after the response was received.
