@@ -24,7 +24,7 @@ public struct RequestDirectives: Sendable, Equatable {
         let cacheControl = CacheControl(fields)
         if cacheControl.isEmpty {
             noCache = fields[values: Self.pragma].contains { value in
-                value.split(separator: ",").contains { $0.trimmingWhitespace().lowercased() == "no-cache" }
+                HTTPList(value).contains { HTTPSyntax.equalsIgnoringCase($0.text, CacheControl.Name.noCache.rawValue) }
             }
         } else {
             noCache = cacheControl.contains(.noCache)

@@ -112,13 +112,15 @@ public struct ResponseFreshness: Sendable, Equatable {
         return HTTPDate.parse(first.trimmingWhitespace())
     }
 
-    /// The `Age` value to use: the first one when a sender listed several (`7200, 0`, or two
-    /// field lines), less any parameter, as caches in the wild do (http-tests' `age-parse-*`).
-    /// What is left must still be plain delta-seconds.
-    static func firstAge(_ fields: HTTPFields) -> String {
-        guard let line = fields[values: .age].first else { return "" }
-        let first = line.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return (first.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? "").trimmingWhitespace()
+    /// The `Age` value to use: the first list element when a sender listed several (`7200, 0`,
+    /// or two field lines), less any parameter, as caches in the wild do (http-tests'
+    /// `age-parse-*`). What is left must still be plain delta-seconds; a line that starts with
+    /// an empty element (`, 7200`) has no first value.
+    static func firstAge(_ fields: HTTPFields) -> Substring {
+        guard let line = fields[values: .age].first,
+              let first = HTTPList(line).first(where: { _ in true }),
+              first.text.startIndex == HTTPList.trimmed(Substring(line)).startIndex else { return "" }
+        return first.value
     }
 
     static func duration(_ seconds: TimeInterval) -> Duration {

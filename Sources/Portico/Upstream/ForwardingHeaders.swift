@@ -39,9 +39,9 @@ public enum ForwardingHeaders {
         if !fields.contains(where: { isHopByHop($0.name.canonicalName) }) { return fields }
         var named: Set<String> = []
         for value in fields[values: .connection] {
-            for token in value.split(separator: ",") {
-                let name = token.trimmingWhitespace().lowercased()
-                if !name.isEmpty, !isHopByHop(name) { named.insert(name) }
+            for token in HTTPList(value) {
+                let name = token.text.lowercased()
+                if !isHopByHop(name) { named.insert(name) }
             }
         }
         var kept = HTTPFields()
