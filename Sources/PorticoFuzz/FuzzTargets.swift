@@ -11,6 +11,7 @@ enum FuzzTarget: String, CaseIterable, Sendable {
     case acceptEncoding = "accept-encoding"
     case retryAfter = "retry-after"
     case vary
+    case httpList = "http-list"
     case tokenResponse = "token-response"
     case config
 
@@ -51,6 +52,8 @@ enum FuzzTarget: String, CaseIterable, Sendable {
             request[.acceptEncoding] = text
             request[.acceptLanguage] = text
             _ = VaryKey(response: response, request: request)
+        case .httpList:
+            checkList(text)
         case .tokenResponse:
             if let token = try? TokenEndpointClient.parse(Data(bytes)) {
                 check(!token.accessToken.isEmpty, "empty access token accepted", text)
@@ -60,6 +63,46 @@ enum FuzzTarget: String, CaseIterable, Sendable {
             _ = try? ConfigLoader.load(yaml: text, source: "fuzz.yaml", environment: ["X": "v"])
         }
     }
+
+    /// The list parser's promises: elements are non-empty, in order, without surrounding OWS,
+    /// their values and parameters are slices of them; without quotes the elements are exactly
+    /// the trimmed, non-empty comma-separated pieces. `If-None-Match` evaluation never crashes.
+    private func checkList(_ text: String) {
+        for quoting in [HTTPList.Quoting.quotedString, .entityTag] {
+            var previousEnd = text.startIndex
+            for element in HTTPList(text, quoting: quoting) {
+                let bytes = element.text.utf8
+                check(!bytes.isEmpty, "empty element", text)
+                check(element.text.startIndex >= previousEnd, "elements out of order", text)
+                check(!isOWS(bytes.first!) && !isOWS(bytes.last!), "element keeps OWS", text)
+                check(element.value.startIndex == element.text.startIndex && element.value.endIndex <= element.text.endIndex,
+                      "value not a prefix of its element", text)
+                for parameter in element.parameters {
+                    check(parameter.name.utf8.first.map(isOWS) != true && parameter.name.utf8.last.map(isOWS) != true,
+                          "parameter name keeps OWS", text)
+                    if let value = parameter.value { _ = HTTPList.unquoted(value) }
+                }
+                _ = HTTPList.unquoted(element.text)
+                previousEnd = element.text.endIndex
+            }
+        }
+        if !text.contains("\"") {
+            let parsed = HTTPList(text).map { Array($0.text.utf8) }
+            let reference = Array(text.utf8).split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false)
+                .map { Array($0.drop(while: isOWS).reversed().drop(while: isOWS).reversed()) }
+                .filter { !$0.isEmpty }
+            check(parsed == reference, "unquoted list split differently from its commas", text)
+        }
+        if HTTPField.isValidValue(text) {
+            var request = HTTPFields()
+            request[.ifNoneMatch] = text
+            var response = HTTPFields()
+            response[.eTag] = text
+            _ = ConditionalRequest.isNotModified(request: request, response: response)
+        }
+    }
+
+    private func isOWS(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
 
     private func check(_ condition: Bool, _ promise: String, _ input: String) {
         if !condition { fatalError("\(rawValue): \(promise) for input \(input.debugDescription)") }

@@ -46,15 +46,15 @@ public struct CacheControl: Sendable, Equatable {
 
     public var isEmpty: Bool { directives.isEmpty }
 
-    public func contains(_ name: String) -> Bool {
-        directives.contains { $0.name == name }
+    public func contains(_ name: Name) -> Bool {
+        directives.contains { $0.name == name.rawValue }
     }
 
     /// A delta-seconds argument. A directive repeated with the same value is fine; conflicting
     /// repeats are `invalid`.
-    public func seconds(_ name: String) -> Seconds {
+    public func seconds(_ name: Name) -> Seconds {
         var result = Seconds.absent
-        for directive in directives where directive.name == name {
+        for directive in directives where directive.name == name.rawValue {
             guard let argument = directive.argument, let value = Self.deltaSeconds(argument) else { return .invalid }
             if case .value(let earlier) = result, earlier != value { return .invalid }
             result = .value(value)
@@ -63,8 +63,8 @@ public struct CacheControl: Sendable, Equatable {
     }
 
     /// `max-stale` may come without an argument (any staleness): `.value(maxDeltaSeconds)` then.
-    public func secondsAllowingBare(_ name: String) -> Seconds {
-        if directives.contains(where: { $0.name == name && $0.argument == nil }) {
+    public func secondsAllowingBare(_ name: Name) -> Seconds {
+        if directives.contains(where: { $0.name == name.rawValue && $0.argument == nil }) {
             return .value(Self.maxDeltaSeconds)
         }
         return seconds(name)
@@ -72,13 +72,13 @@ public struct CacheControl: Sendable, Equatable {
 
     /// `no-cache` and `private` as a field-name list: `nil` when absent, empty when
     /// unqualified (applies to the whole response), the lower-cased names otherwise.
-    public func fieldNames(_ name: String) -> [String]? {
+    public func fieldNames(_ name: Name) -> [String]? {
         var found = false
         var names: [String] = []
-        for directive in directives where directive.name == name {
+        for directive in directives where directive.name == name.rawValue {
             found = true
             guard let argument = directive.argument else { return [] }
-            let listed = argument.split(separator: ",").map { $0.trimmingWhitespace().lowercased() }.filter { !$0.isEmpty }
+            let listed = HTTPList(argument).map { $0.text.lowercased() }
             // `no-cache=""` names nothing; reading it as unqualified is the stricter choice.
             if listed.isEmpty { return [] }
             names += listed
@@ -87,7 +87,7 @@ public struct CacheControl: Sendable, Equatable {
     }
 
     /// `1*DIGIT`; anything else is nil. Values past `maxDeltaSeconds` saturate (§1.2.2).
-    static func deltaSeconds(_ text: String) -> Int? {
+    static func deltaSeconds(_ text: some StringProtocol) -> Int? {
         guard !text.isEmpty else { return nil }
         var value = 0
         for byte in text.utf8 {
@@ -99,44 +99,67 @@ public struct CacheControl: Sendable, Equatable {
         return value
     }
 
-    /// `token [ "=" ( token / quoted-string ) ]` separated by commas. Garbage between a directive
-    /// and the next comma is skipped, so one bad directive does not hide the ones after it.
+    /// `token [ "=" ( token / quoted-string ) ]` per list element (`HTTPList`). Garbage after a
+    /// directive, up to the next comma outside quotes, is skipped, so one bad directive does not
+    /// hide the ones after it.
     static func parse(_ value: String) -> [Directive] {
         var result: [Directive] = []
-        let bytes = Array(value.utf8)
-        var i = 0
-        func isSpace(_ b: UInt8) -> Bool { b == UInt8(ascii: " ") || b == UInt8(ascii: "\t") }
-        func skipSpaces() { while i < bytes.count, isSpace(bytes[i]) { i += 1 } }
-        while i < bytes.count {
-            skipSpaces()
-            if i < bytes.count, bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-            let nameStart = i
-            while i < bytes.count, bytes[i] != UInt8(ascii: "="), bytes[i] != UInt8(ascii: ","), !isSpace(bytes[i]) { i += 1 }
-            let name = String(decoding: bytes[nameStart..<i], as: UTF8.self).lowercased()
-            skipSpaces()
+        for element in HTTPList(value) {
+            let (name, rest) = nameAndRest(element)
+            guard !name.isEmpty else { continue }
             var argument: String?
-            if i < bytes.count, bytes[i] == UInt8(ascii: "=") {
-                i += 1
-                skipSpaces()
-                if i < bytes.count, bytes[i] == UInt8(ascii: "\"") {
-                    i += 1
-                    var unquoted: [UInt8] = []
-                    while i < bytes.count, bytes[i] != UInt8(ascii: "\"") {
-                        if bytes[i] == UInt8(ascii: "\\"), i + 1 < bytes.count { i += 1 }
-                        unquoted.append(bytes[i])
-                        i += 1
-                    }
-                    i += 1  // the closing quote (or past the end when unterminated)
-                    argument = String(decoding: unquoted, as: UTF8.self)
-                } else {
-                    let start = i
-                    while i < bytes.count, bytes[i] != UInt8(ascii: ","), !isSpace(bytes[i]) { i += 1 }
-                    argument = String(decoding: bytes[start..<min(i, bytes.count)], as: UTF8.self)
-                }
+            if rest.utf8.first == UInt8(ascii: "=") {
+                let text = HTTPList.trimmed(rest[rest.utf8.index(after: rest.startIndex)...])
+                argument = text.utf8.first == UInt8(ascii: "\"")
+                    ? HTTPList.unquoted(text)
+                    : String(text[..<(text.utf8.firstIndex(where: OWS.contains) ?? text.endIndex)])
             }
-            while i < bytes.count, bytes[i] != UInt8(ascii: ",") { i += 1 }
-            if !name.isEmpty { result.append(Directive(name: name, argument: argument)) }
+            result.append(Directive(name: name.lowercased(), argument: argument))
         }
         return result
+    }
+
+    /// A directive's name (up to `=` or OWS) and what follows it, OWS skipped.
+    static func nameAndRest(_ element: HTTPList.Element) -> (name: Substring, rest: Substring) {
+        let text = element.text
+        let nameEnd = text.utf8.firstIndex { $0 == UInt8(ascii: "=") || OWS.contains($0) } ?? text.endIndex
+        return (text[..<nameEnd], HTTPList.trimmed(text[nameEnd...]))
+    }
+
+    /// Whether one `Cache-Control` line names `directive`, without parsing arguments or
+    /// allocating.
+    static func lists(_ directive: Name, in value: String) -> Bool {
+        HTTPList(value).contains { HTTPSyntax.equalsIgnoringCase(nameAndRest($0).name, directive.rawValue) }
+    }
+}
+
+extension CacheControl {
+    /// A directive name, lower-case. Every directive Portico reads or writes is named here, once
+    /// (RFC 9111 §5.2, RFC 5861 for the stale-* extensions, RFC 8246 for `immutable`); a string
+    /// literal works too, for names nobody needs twice.
+    public struct Name: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(stringLiteral value: String) { rawValue = value }
+        public var description: String { rawValue }
+
+        // Both directions (§5.2.1, §5.2.2).
+        public static let maxAge: Name = "max-age"
+        public static let noCache: Name = "no-cache"
+        public static let noStore: Name = "no-store"
+        public static let noTransform: Name = "no-transform"
+        // Requests (§5.2.1).
+        public static let maxStale: Name = "max-stale"
+        public static let minFresh: Name = "min-fresh"
+        public static let onlyIfCached: Name = "only-if-cached"
+        // Responses (§5.2.2).
+        public static let mustRevalidate: Name = "must-revalidate"
+        public static let proxyRevalidate: Name = "proxy-revalidate"
+        public static let `private`: Name = "private"
+        public static let `public`: Name = "public"
+        public static let sMaxAge: Name = "s-maxage"
+        public static let immutable: Name = "immutable"
+        public static let staleWhileRevalidate: Name = "stale-while-revalidate"
+        public static let staleIfError: Name = "stale-if-error"
     }
 }

@@ -82,10 +82,10 @@ public struct CacheMiddleware: ImmediateMiddleware {
         if let selected = found.selected {
             switch found.usability {
             case .staleWhileRevalidate:
-                metrics.stale("stale_while_revalidate")
+                metrics.stale(.staleWhileRevalidate)
                 refreshInBackground(request, key: key, stored: selected, context: context, next: next)
                 return serve(selected, to: request, context: context, validated: false,
-                             status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "stale-while-revalidate"))
+                             status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: CacheControl.Name.staleWhileRevalidate.rawValue))
             case .validate(let why):
                 reason = why == .stale ? .stale : .request
             case .fresh, .staleAccepted, nil:
@@ -93,7 +93,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
             }
         }
         if directives.onlyIfCached {
-            let status = CacheStatus(.onlyIfCached, detail: "only-if-cached")
+            let status = CacheStatus(.onlyIfCached, detail: CacheControl.Name.onlyIfCached.rawValue)
             var error = GatewayError(.notCached, message: "only-if-cached: no stored response can answer this request")
             record(status, in: &error.headerFields, context: context)
             throw error
@@ -149,9 +149,9 @@ public struct CacheMiddleware: ImmediateMiddleware {
             return serve(selected, to: request, context: context, validated: false,
                          status: CacheStatus(.hit, ttl: selected.ttlSeconds(at: now)))
         case .staleAccepted:
-            metrics.stale("max_stale")
+            metrics.stale(.maxStale)
             return serve(selected, to: request, context: context, validated: false,
-                         status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: "max-stale"))
+                         status: CacheStatus(.stale, ttl: selected.ttlSeconds(at: now), detail: CacheControl.Name.maxStale.rawValue))
         case .staleWhileRevalidate, .validate, nil:
             return nil
         }
@@ -227,7 +227,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         } catch is CancellationError {
             throw CancellationError()
         } catch {
-            if validating { metrics.revalidated("failed") }
+            if validating { metrics.revalidated(.failed) }
             if let stored, policy.canServeStaleOnError(stored, for: directives, at: clock.now) {
                 return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason, upstreamStatus: nil))
             }
@@ -245,13 +245,13 @@ public struct CacheMiddleware: ImmediateMiddleware {
 
         if response.status == .notModified, validating, let stored {
             let governing = policy.directives(of: response.headerFields).directives
-            let excluded = governing.fieldNames("private") ?? []
+            let excluded = governing.fieldNames(.private) ?? []
             if let updated = policy.freshen(stored, with: response, requestTime: requestTime, responseTime: responseTime,
                                             now: now, excludingFields: excluded) {
-                metrics.revalidated("not_modified")
+                metrics.revalidated(.notModified)
                 // The upstream forbidding storage drops the entry; a client's no-store only
                 // keeps this exchange out of the cache.
-                let upstreamNoStore = governing.contains("no-store")
+                let upstreamNoStore = governing.contains(.noStore)
                 let keep = !directives.noStore && !upstreamNoStore
                 if keep {
                     metrics.record(store.insert(updated))
@@ -269,12 +269,12 @@ public struct CacheMiddleware: ImmediateMiddleware {
         }
         if let stored, CachePolicy.isServerError(response.status),
            policy.canServeStaleOnError(stored, for: directives, at: now) {
-            if validating { metrics.revalidated("failed") }
+            if validating { metrics.revalidated(.failed) }
             return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason,
                                                        upstreamStatus: response.status.code))
         }
         if validating {
-            metrics.revalidated(CachePolicy.isServerError(response.status) ? "failed" : "modified")
+            metrics.revalidated(CachePolicy.isServerError(response.status) ? .failed : .modified)
         } else {
             metrics.misses.increment()
         }
@@ -389,9 +389,9 @@ public struct CacheMiddleware: ImmediateMiddleware {
 
     private func serveStaleOnError(_ entry: CacheEntry, to request: GatewayRequest, context: RequestContext,
                                    reason: CacheStatus.Forward, upstreamStatus: Int?) -> GatewayResponse {
-        metrics.stale("stale_if_error")
+        metrics.stale(.staleIfError)
         let status = CacheStatus(.stale, forward: reason, forwardStatus: upstreamStatus,
-                                 ttl: entry.ttlSeconds(at: context.clock.now), detail: "stale-if-error")
+                                 ttl: entry.ttlSeconds(at: context.clock.now), detail: CacheControl.Name.staleIfError.rawValue)
         return serve(entry, to: request, context: context, validated: false, status: status)
     }
 

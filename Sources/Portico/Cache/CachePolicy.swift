@@ -44,19 +44,19 @@ public struct CachePolicy: Sendable {
         let cc = governing.directives
         let status = response.status.code
         guard Self.understoodStatuses.contains(status) else { return .no(reason: "status") }
-        if request.noStore || cc.contains("no-store") { return .no(reason: "no-store") }
-        let privateFields = cc.fieldNames("private")
+        if request.noStore || cc.contains(.noStore) { return .no(reason: "no-store") }
+        let privateFields = cc.fieldNames(.private)
         if privateFields?.isEmpty == true { return .no(reason: "private") }
         if request.hasAuthorization && !freshness.sharedWithAuthorization { return .no(reason: "authorization") }
         if VaryKey(response: response.headerFields, request: [:]) == nil { return .no(reason: "vary-star") }
         // The RFC lets shared caches store Set-Cookie, but a session cookie served to another
         // client is a security hole: only responses the origin marks shareable are stored.
-        if response.headerFields[.setCookie] != nil && !(cc.contains("public") || cc.contains("s-maxage")) {
+        if response.headerFields[.setCookie] != nil && !(cc.contains(.public) || cc.contains(.sMaxAge)) {
             return .no(reason: "set-cookie")
         }
-        let explicit = cc.contains("max-age") || cc.contains("s-maxage")
+        let explicit = cc.contains(.maxAge) || cc.contains(.sMaxAge)
             || (governing.honoursExpires && response.headerFields[.expires] != nil)
-        let heuristic = ResponseFreshness.heuristicallyCacheable.contains(status) || cc.contains("public")
+        let heuristic = ResponseFreshness.heuristicallyCacheable.contains(status) || cc.contains(.public)
         guard explicit || heuristic else { return .no(reason: "no-freshness") }
         // A response that is stale at once and cannot be validated could never be reused.
         let validators = response.headerFields[.eTag] != nil || response.headerFields[.lastModified] != nil

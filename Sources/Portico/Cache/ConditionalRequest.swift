@@ -16,10 +16,15 @@ public enum ConditionalRequest {
     public static func isNotModified(request: HTTPFields, response: HTTPFields) -> Bool {
         let tags = request[values: .ifNoneMatch]
         if !tags.isEmpty {
-            let members = tags.flatMap { $0.split(separator: ",") }.map { $0.trimmingWhitespace() }
-            if members.contains("*") { return true }
-            guard let etag = response[.eTag] else { return false }
-            return members.contains { weakMatch($0, etag) }
+            // Entity-tags may contain commas (`"a,b"`): the list is read with their quoting.
+            let etag = response[.eTag]
+            for line in tags {
+                for member in HTTPList(line, quoting: .entityTag) {
+                    if member.text == "*" { return true }
+                    if let etag, weakMatch(member.text, etag) { return true }
+                }
+            }
+            return false
         }
         // If-Modified-Since is ignored when If-None-Match is present (§13.2.2 step 3). Without
         // Last-Modified, a cache evaluates it against the response's Date (RFC 9111 §4.3.2);
@@ -33,9 +38,9 @@ public enum ConditionalRequest {
     }
 
     /// Weak comparison: equal opaque tags, either possibly `W/`-prefixed.
-    static func weakMatch(_ a: String, _ b: String) -> Bool {
-        func opaque(_ tag: String) -> Substring {
-            let trimmed = Substring(tag.trimmingWhitespace())
+    static func weakMatch(_ a: some StringProtocol, _ b: some StringProtocol) -> Bool {
+        func opaque(_ tag: some StringProtocol) -> Substring {
+            let trimmed = HTTPList.trimmed(Substring(tag))
             return trimmed.hasPrefix("W/") ? trimmed.dropFirst(2) : trimmed
         }
         return opaque(a) == opaque(b)

@@ -24,18 +24,18 @@ public struct RequestDirectives: Sendable, Equatable {
         let cacheControl = CacheControl(fields)
         if cacheControl.isEmpty {
             noCache = fields[values: Self.pragma].contains { value in
-                value.split(separator: ",").contains { $0.trimmingWhitespace().lowercased() == "no-cache" }
+                HTTPList(value).contains { HTTPSyntax.equalsIgnoringCase($0.text, CacheControl.Name.noCache.rawValue) }
             }
         } else {
-            noCache = cacheControl.contains("no-cache")
+            noCache = cacheControl.contains(.noCache)
         }
-        noStore = cacheControl.contains("no-store")
-        onlyIfCached = cacheControl.contains("only-if-cached")
+        noStore = cacheControl.contains(.noStore)
+        onlyIfCached = cacheControl.contains(.onlyIfCached)
         // A malformed request limit is read as the strictest value (0): the client gets a
         // validated response rather than an older one than it asked for.
-        maxAge = Self.duration(cacheControl.seconds("max-age"), invalid: .zero)
-        maxStale = Self.duration(cacheControl.secondsAllowingBare("max-stale"), invalid: nil)
-        minFresh = Self.duration(cacheControl.seconds("min-fresh"), invalid: .seconds(CacheControl.maxDeltaSeconds))
+        maxAge = Self.duration(cacheControl.seconds(.maxAge), invalid: .zero)
+        maxStale = Self.duration(cacheControl.secondsAllowingBare(.maxStale), invalid: nil)
+        minFresh = Self.duration(cacheControl.seconds(.minFresh), invalid: .seconds(CacheControl.maxDeltaSeconds))
         hasAuthorization = fields[.authorization] != nil
     }
 

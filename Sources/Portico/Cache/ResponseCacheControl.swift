@@ -29,7 +29,8 @@ public struct ResponseCacheControl: Sendable, Equatable {
     }
 
     /// Directives whose values are delta-seconds, Integers in a targeted field.
-    private static let integerDirectives: Set<String> = ["max-age", "s-maxage", "stale-while-revalidate", "stale-if-error"]
+    private static let integerDirectives: Set<String> = Set(
+        [CacheControl.Name.maxAge, .sMaxAge, .staleWhileRevalidate, .staleIfError].map(\.rawValue))
 
     /// A targeted field's lines (RFC 9213 §2.1): one Structured Fields Dictionary (the lines
     /// joined with commas), whose members map onto cache directives. `nil` when the field is

@@ -38,7 +38,7 @@ public struct ResponseFreshness: Sendable, Equatable {
         // conflicting value makes the response stale, as the RFC allows.
         var explicit: Duration?
         var invalid = false
-        for directive in ["s-maxage", "max-age"] {
+        for directive in [CacheControl.Name.sMaxAge, .maxAge] {
             switch cc.seconds(directive) {
             case .absent: continue
             case .value(let seconds): explicit = .seconds(seconds)
@@ -59,7 +59,7 @@ public struct ResponseFreshness: Sendable, Equatable {
         } else if invalid {
             lifetime = .zero
         } else if heuristicFraction > 0,
-                  Self.heuristicallyCacheable.contains(status) || cc.contains("public"),
+                  Self.heuristicallyCacheable.contains(status) || cc.contains(.public),
                   let lastModified = Self.singleDate(fields, .lastModified), lastModified < date {
             let seconds = date.timeIntervalSince(lastModified) * heuristicFraction
             lifetime = min(Self.duration(seconds), heuristicMax)
@@ -78,15 +78,15 @@ public struct ResponseFreshness: Sendable, Equatable {
         let responseDelay = Self.duration(max(0, responseTime.timeIntervalSince(requestTime)))
         initialAge = max(apparentAge, ageValue + responseDelay)
 
-        let noCacheFields = cc.fieldNames("no-cache")
+        let noCacheFields = cc.fieldNames(.noCache)
         noCache = noCacheFields?.isEmpty == true
         self.noCacheFields = noCacheFields ?? []
-        let sMaxAge = cc.seconds("s-maxage") != .absent
-        mustRevalidate = cc.contains("must-revalidate") || cc.contains("proxy-revalidate") || sMaxAge
-        sharedWithAuthorization = cc.contains("public") || cc.contains("must-revalidate") || sMaxAge
-        immutable = cc.contains("immutable")
-        staleWhileRevalidate = Self.window(cc.seconds("stale-while-revalidate"))
-        staleIfError = Self.window(cc.seconds("stale-if-error"))
+        let sMaxAge = cc.seconds(.sMaxAge) != .absent
+        mustRevalidate = cc.contains(.mustRevalidate) || cc.contains(.proxyRevalidate) || sMaxAge
+        sharedWithAuthorization = cc.contains(.public) || cc.contains(.mustRevalidate) || sMaxAge
+        immutable = cc.contains(.immutable)
+        staleWhileRevalidate = Self.window(cc.seconds(.staleWhileRevalidate))
+        staleIfError = Self.window(cc.seconds(.staleIfError))
     }
 
     /// `current_age` at `residentTime` after the response was received.
@@ -112,13 +112,15 @@ public struct ResponseFreshness: Sendable, Equatable {
         return HTTPDate.parse(first.trimmingWhitespace())
     }
 
-    /// The `Age` value to use: the first one when a sender listed several (`7200, 0`, or two
-    /// field lines), less any parameter, as caches in the wild do (http-tests' `age-parse-*`).
-    /// What is left must still be plain delta-seconds.
-    static func firstAge(_ fields: HTTPFields) -> String {
-        guard let line = fields[values: .age].first else { return "" }
-        let first = line.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return (first.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? "").trimmingWhitespace()
+    /// The `Age` value to use: the first list element when a sender listed several (`7200, 0`,
+    /// or two field lines), less any parameter, as caches in the wild do (http-tests'
+    /// `age-parse-*`). What is left must still be plain delta-seconds; a line that starts with
+    /// an empty element (`, 7200`) has no first value.
+    static func firstAge(_ fields: HTTPFields) -> Substring {
+        guard let line = fields[values: .age].first,
+              let first = HTTPList(line).first(where: { _ in true }),
+              first.text.startIndex == HTTPList.trimmed(Substring(line)).startIndex else { return "" }
+        return first.value
     }
 
     static func duration(_ seconds: TimeInterval) -> Duration {

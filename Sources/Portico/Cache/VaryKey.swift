@@ -16,10 +16,10 @@ public struct VaryKey: Sendable, Equatable {
     public init?(response: HTTPFields, request: HTTPFields) {
         var names = Set<String>()
         for line in response[values: .vary] {
-            for item in line.split(separator: ",") {
-                let name = item.trimmingWhitespace().lowercased()
+            for item in HTTPList(line) {
+                let name = item.text.lowercased()
                 if name == "*" { return nil }
-                if !name.isEmpty { names.insert(name) }
+                names.insert(name)
             }
         }
         self.names = names.sorted()
@@ -40,8 +40,15 @@ public struct VaryKey: Sendable, Equatable {
         guard let fieldName = HTTPField.Name(name) else { return nil }
         let lines = fields[values: fieldName]
         guard !lines.isEmpty else { return nil }
-        let members = lines.flatMap { $0.split(separator: ",") }.map { $0.trimmingWhitespace() }.filter { !$0.isEmpty }
-        let joined = members.joined(separator: ", ")
+        // One string, built in place: a hit computes this for every name its entry varies on.
+        var joined = ""
+        joined.reserveCapacity(lines.reduce(0) { $0 + $1.utf8.count })
+        for line in lines {
+            for member in HTTPList(line) {
+                if !joined.isEmpty { joined += ", " }
+                joined += member.text
+            }
+        }
         return caseInsensitive.contains(name) ? joined.lowercased() : joined
     }
 }

@@ -30,20 +30,18 @@ public struct AcceptEncoding: Sendable, Equatable {
             elements = nil
             return
         }
-        elements = fieldValues.flatMap { $0.split(separator: ",", omittingEmptySubsequences: true) }
-            .compactMap(Self.element)
+        elements = fieldValues.flatMap { HTTPList($0).compactMap(Self.element) }
     }
 
-    private static func element(_ text: Substring) -> Element? {
-        let parts = text.split(separator: ";", omittingEmptySubsequences: false)
-        let coding = parts[0].trimmingWhitespace().lowercased()
-        guard !coding.isEmpty else { return nil }  // an empty list element
+    private static func element(_ element: HTTPList.Element) -> Element? {
+        let coding = element.value.lowercased()
+        guard !coding.isEmpty else { return nil }  // `;q=1`: parameters without a coding
         guard coding == "*" || HTTPSyntax.isToken(coding) else { return nil }
         var quality: Int?
-        for parameter in parts.dropFirst() {
-            let pair = parameter.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard pair.count == 2, pair[0].trimmingWhitespace().lowercased() == "q", quality == nil,
-                  let parsed = qvalue(pair[1].trimmingWhitespace()) else { return nil }
+        for parameter in element.parameters {
+            // Only `q`, once; an empty parameter (`gzip;`) is not in this grammar either.
+            guard HTTPSyntax.equalsIgnoringCase(parameter.name, "q"), quality == nil,
+                  let value = parameter.value, let parsed = qvalue(value) else { return nil }
             quality = parsed
         }
         return Element(coding: coding, quality: quality ?? 1000)

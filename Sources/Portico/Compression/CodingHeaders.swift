@@ -27,11 +27,11 @@ enum CodingHeaders {
     static func addVaryAcceptEncoding(_ fields: inout HTTPFields) {
         var names: [String] = []
         for value in fields[values: .vary] {
-            for name in value.split(separator: ",") {
-                let trimmed = name.trimmingWhitespace()
-                if trimmed == "*" { return }
-                if !trimmed.isEmpty, !names.contains(where: { $0.lowercased() == trimmed.lowercased() }) {
-                    names.append(trimmed)
+            for element in HTTPList(value) {
+                let name = String(element.text)
+                if name == "*" { return }
+                if !names.contains(where: { $0.lowercased() == name.lowercased() }) {
+                    names.append(name)
                 }
             }
         }
@@ -43,10 +43,6 @@ enum CodingHeaders {
     /// `Cache-Control: no-transform` (RFC 9111 §5.2.1.6, §5.2.2.6): intermediaries must not
     /// change the content. Request or response, any field line, any case.
     static func forbidsTransform(_ fields: HTTPFields) -> Bool {
-        fields[values: .cacheControl].contains { value in
-            value.split(separator: ",").contains { directive in
-                directive.split(separator: "=", maxSplits: 1).first?.trimmingWhitespace().lowercased() == "no-transform"
-            }
-        }
+        fields[values: .cacheControl].contains { CacheControl.lists(.noTransform, in: $0) }
     }
 }

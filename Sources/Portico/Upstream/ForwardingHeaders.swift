@@ -39,9 +39,9 @@ public enum ForwardingHeaders {
         if !fields.contains(where: { isHopByHop($0.name.canonicalName) }) { return fields }
         var named: Set<String> = []
         for value in fields[values: .connection] {
-            for token in value.split(separator: ",") {
-                let name = token.trimmingWhitespace().lowercased()
-                if !name.isEmpty, !isHopByHop(name) { named.insert(name) }
+            for token in HTTPList(value) {
+                let name = token.text.lowercased()
+                if !isHopByHop(name) { named.insert(name) }
             }
         }
         var kept = HTTPFields()
@@ -103,14 +103,5 @@ public enum ForwardingHeaders {
         } else {
             fields.append(HTTPField(name: name, value: value))
         }
-    }
-}
-
-extension StringProtocol {
-    func trimmingWhitespace() -> String {
-        var scalars = Substring(self).unicodeScalars[...]
-        while let first = scalars.first, first == " " || first == "\t" { scalars.removeFirst() }
-        while let last = scalars.last, last == " " || last == "\t" { scalars.removeLast() }
-        return String(String.UnicodeScalarView(scalars))
     }
 }

@@ -162,7 +162,7 @@ final class URLSessionUpstream: UpstreamClient {
     /// keep their length; their `ETag` is weakened the same way so validators stay consistent.
     static func restoreContentCoding(_ fields: inout HTTPFields, body: inout ByteBuffer, hasBody: Bool) throws {
         guard let encoding = fields[.contentEncoding] else { return }
-        let codings = encoding.split(separator: ",").map { $0.trimmingWhitespace().lowercased() }.filter { !$0.isEmpty }
+        let codings = HTTPList(encoding).map { $0.text.lowercased() }
         guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
 
         CodingHeaders.weakenETag(&fields)

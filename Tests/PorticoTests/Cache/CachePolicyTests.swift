@@ -204,6 +204,27 @@ struct VaryAndConditionalTests {
                                                   response: [:]))
     }
 
+    @Test("If-None-Match: an entity-tag with a comma is one tag, not two (weak comparison still applies)")
+    func conditionalCommaInTag() {
+        func notModified(_ ifNoneMatch: String, etag: String) -> Bool {
+            ConditionalRequest.isNotModified(request: CacheFixture.fields([("If-None-Match", ifNoneMatch)]),
+                                             response: CacheFixture.fields([("ETag", etag)]))
+        }
+        // `"a,b"` is a legal opaque-tag (RFC 9110 §8.8.3): it matches itself and nothing it contains.
+        #expect(notModified(#""a,b""#, etag: #""a,b""#))
+        #expect(!notModified(#""a,b""#, etag: #""a""#))
+        #expect(!notModified(#""a,b""#, etag: #""b""#))
+        #expect(!notModified(#""a", "b""#, etag: #""a,b""#))
+        #expect(notModified(#""x", "a,b""#, etag: #""a,b""#))
+        // Weak comparison: a W/ prefix on either side does not matter.
+        #expect(notModified(#"W/"a,b""#, etag: #""a,b""#))
+        #expect(notModified(#""a,b""#, etag: #"W/"a,b""#))
+        #expect(!notModified(#"W/"a,b""#, etag: #"W/"a""#))
+        // A backslash is an ordinary character in an entity-tag, not an escape: `"a\"` ends there.
+        #expect(notModified(#""a\", "b""#, etag: #""b""#))
+        #expect(notModified(#""a\", "b""#, etag: #""a\""#))
+    }
+
     @Test("Cache-Status values (RFC 9211)")
     func cacheStatus() {
         #expect(CacheStatus(.hit, ttl: 42).headerValue == "portico; hit; ttl=42")

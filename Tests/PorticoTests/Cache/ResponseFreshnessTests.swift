@@ -61,6 +61,8 @@ struct ResponseFreshnessTests {
         #expect(freshness([("Age", "0"), ("Age", "7200"), date]).initialAge == .zero)
         #expect(freshness([("Age", "7200;foo=bar"), date]).initialAge == .seconds(7200))
         #expect(freshness([("Age", " 7200 , 1"), date]).initialAge == .seconds(7200))
+        // A line that starts with an empty element has no first value (as before the list parser).
+        #expect(freshness([("Age", ", 7200"), date]).initialAge == .zero)
     }
 
     @Test("heuristic freshness: a fraction of the time since Last-Modified, capped, off by default")

@@ -49,7 +49,7 @@ struct TargetedCacheControlTests {
         #expect(governing([("CDN-Cache-Control", "max-age=99999999999")]).directives.seconds("max-age")
             == .value(CacheControl.maxDeltaSeconds))
         for value in [#"max-age="10000""#, "max-age=1.5", "max-age=-1", "max-age", "max-age=(1 2)", "s-maxage=abc"] {
-            let name = value.hasPrefix("s-") ? "s-maxage" : "max-age"
+            let name: CacheControl.Name = value.hasPrefix("s-") ? .sMaxAge : .maxAge
             #expect(governing([("CDN-Cache-Control", value)]).directives.seconds(name) == .invalid, "\(value)")
         }
     }

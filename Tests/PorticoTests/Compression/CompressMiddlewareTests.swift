@@ -152,6 +152,12 @@ struct CompressMiddlewareTests {
         #expect(response.body.bytes == original.body.bytes)
     }
 
+    @Test("no-transform inside a quoted Cache-Control argument is not the directive (the list is read with its quotes)")
+    func quotedNoTransform() async throws {
+        let response = try await F.run(F.request(), F.response(headers: [("Cache-Control", #"private="x,no-transform=1", max-age=5"#)]))
+        #expect(response.header("content-encoding") == "gzip")
+    }
+
     @Test("Content-Encoding: identity counts as no coding and is replaced")
     func identityCoding() async throws {
         let response = try await F.run(F.request(), F.response(headers: [("Content-Encoding", "identity")]))

@@ -145,6 +145,45 @@ struct ParserFuzzTests {
         }
     }
 
+    @Test("list-based fields: elements non-empty, in order, trimmed; without quotes exactly the comma split; never a crash")
+    func lists() async {
+        let examples = ["gzip, br;q=0.5, identity;q=0", #""a,b", W/"c", "d\""#, #"private="set-cookie, x", max-age=60"#,
+                        ",, a ,\t, \"unterminated, b", #"text/html;charset="a;b";q=0.9, */*;q=0.1"#, #""x\"y,z", *"#, ""]
+        func isOWS(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        for await input in Self.inputs(examples, count: 20_000, seed: 8) {
+            for quoting in [HTTPList.Quoting.quotedString, .entityTag] {
+                var previousEnd = input.startIndex
+                for element in HTTPList(input, quoting: quoting) {
+                    let bytes = element.text.utf8
+                    #expect(!bytes.isEmpty && !isOWS(bytes.first!) && !isOWS(bytes.last!), "\(input.debugDescription)")
+                    #expect(element.text.startIndex >= previousEnd, "\(input.debugDescription)")
+                    #expect(element.value.startIndex == element.text.startIndex && element.value.endIndex <= element.text.endIndex)
+                    for parameter in element.parameters {
+                        #expect(parameter.name.utf8.first.map(isOWS) != true && parameter.name.utf8.last.map(isOWS) != true,
+                                "\(input.debugDescription)")
+                        if let value = parameter.value { _ = HTTPList.unquoted(value) }
+                    }
+                    _ = HTTPList.unquoted(element.text)
+                    previousEnd = element.text.endIndex
+                }
+            }
+            if !input.contains("\"") {
+                let parsed = HTTPList(input).map { Array($0.text.utf8) }
+                let reference = Array(input.utf8).split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false)
+                    .map { Array($0.drop(while: isOWS).reversed().drop(while: isOWS).reversed()) }
+                    .filter { !$0.isEmpty }
+                #expect(parsed == reference, "\(input.debugDescription)")
+            }
+            if HTTPField.isValidValue(input) {
+                var request = HTTPFields()
+                request[.ifNoneMatch] = input
+                var response = HTTPFields()
+                response[.eTag] = input
+                _ = ConditionalRequest.isNotModified(request: request, response: response)
+            }
+        }
+    }
+
     @Test("token responses: a token or a TokenEndpointError, never a crash")
     func tokenResponses() async {
         let examples = [#"{"access_token":"a","token_type":"Bearer","expires_in":3600}"#,

@@ -1,0 +1,38 @@
+import Foundation
+
+extension ConfigNode {
+    /// A header field name; `lowercased` for lists compared case-insensitively later.
+    func headerName(lowercased: Bool = false) -> String? {
+        guard let value = scalar() else { return nil }
+        guard HTTPSyntax.isToken(value.text) else {
+            error("invalid header name \(value.shown)")
+            return nil
+        }
+        return lowercased ? value.text.lowercased() : value.text
+    }
+
+    /// A header field value; the message never repeats the value.
+    func headerValue() -> String? {
+        guard let value = scalar() else { return nil }
+        guard HTTPSyntax.isSafeFieldValue(value.text) else {
+            error("header value must not contain CR, LF or NUL")
+            return nil
+        }
+        return value.text
+    }
+
+    /// An http(s) URL; see `HTTPSyntax.urlProblem`.
+    func url(allowQuery: Bool) -> URL? {
+        guard let value = scalar() else { return nil }
+        // Checked first, and without echoing the URL: it holds a password.
+        if let components = URLComponents(string: value.text), components.user != nil || components.password != nil {
+            error("URL must not contain a user name or password (put them in credentials:)")
+            return nil
+        }
+        if let problem = HTTPSyntax.urlProblem(value.text, allowQuery: allowQuery) {
+            error("invalid URL \(value.shown) (\(problem))")
+            return nil
+        }
+        return URL(string: value.text)
+    }
+}
