@@ -73,16 +73,24 @@ public final class GatewayRuntime: Sendable {
         for (route, chain) in zip(config.routes, chains) {
             let matcher = Route.Matcher(path: route.match.path, pathPrefix: route.match.pathPrefix,
                                         host: route.match.host, methods: route.match.methods)
-            let endpoint: any Responder = if let direct = route.direct {
-                DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
+            let endpoint: any Responder
+            if let direct = route.direct {
+                endpoint = DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
+            } else if let name = route.upstream, let client = upstreams[name] {
+                endpoint = UpstreamEndpoint(client: client, metrics: upstreamMetrics[name])
             } else {
-                UpstreamEndpoint(client: upstreams[route.upstream!]!, metrics: upstreamMetrics[route.upstream!])
+                // Checked above, before any upstream client existed: unreachable.
+                preconditionFailure("route \(route.name): no upstream or direct response")
             }
-            var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
-                              upstream: route.upstream, timeout: route.timeout,
-                              inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)), responder: endpoint)
-            built.responder = MiddlewareChain(chain, endpoint: PrefixStripping(route: built, endpoint: endpoint))
-            routes.append(built)
+            let stripping: any Responder = if route.stripPrefix, let prefix = route.match.pathPrefix {
+                PrefixStripping(prefix: prefix, endpoint: endpoint)
+            } else {
+                endpoint
+            }
+            routes.append(Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
+                                upstream: route.upstream, timeout: route.timeout,
+                                inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
+                                responder: MiddlewareChain(chain, endpoint: stripping)))
         }
         self.router = Router(routes: routes)
         self.upstreams = upstreams
@@ -99,28 +107,5 @@ public final class GatewayRuntime: Sendable {
             await client.shutdown()
         }
         await credentials.shutdown()
-    }
-}
-
-/// Applies a route's `strip_prefix` just before the endpoint, so middleware see the client's target.
-struct PrefixStripping: Responder {
-    let route: Route
-    let endpoint: any Responder
-
-    func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        try await endpoint.respond(to: stripped(request), context: context)
-    }
-
-    func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse? {
-        try endpoint.respondImmediately(to: stripped(request), context: context)
-    }
-
-    var answersImmediately: Bool { endpoint.answersImmediately }
-
-    private func stripped(_ request: GatewayRequest) -> GatewayRequest {
-        guard route.stripPrefix else { return request }
-        var stripped = request
-        stripped.head.path = route.upstreamTarget(for: request.target)
-        return stripped
     }
 }

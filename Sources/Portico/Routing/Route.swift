@@ -1,0 +1,34 @@
+import HTTPTypes
+
+/// One configured route: how it matches, and the chain that answers it.
+public struct Route: Sendable {
+    public var name: String
+    public var matcher: Matcher
+    /// Removes the matched `path_prefix` before forwarding.
+    public var stripPrefix: Bool
+    /// The upstream's name, for proxy routes.
+    public var upstream: String?
+    /// Overrides the listener's request timeout.
+    public var timeout: Duration?
+    /// The route's own cap on requests in flight, if any.
+    public var inFlight: InFlightLimit?
+    /// The route's middleware around its endpoint.
+    public var responder: any Responder
+
+    public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
+                timeout: Duration? = nil, inFlight: InFlightLimit? = nil, responder: any Responder) {
+        self.name = name
+        self.matcher = matcher
+        self.stripPrefix = stripPrefix
+        self.upstream = upstream
+        self.timeout = timeout
+        self.inFlight = inFlight
+        self.responder = responder
+    }
+
+    /// The target sent upstream: the client's, less the matched prefix when `strip_prefix` is set.
+    public func upstreamTarget(for target: String) -> String {
+        guard stripPrefix, let prefix = matcher.pathPrefix else { return target }
+        return PrefixStripping.strip(prefix, from: target)
+    }
+}
