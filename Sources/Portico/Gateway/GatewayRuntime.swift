@@ -10,6 +10,9 @@ public final class GatewayRuntime: Sendable {
     public let credentials: CredentialStore
     /// Caches, whose background refreshes end with the runtime.
     public let caches: [CacheMiddleware]
+    /// The first `access_log` in `defaults.middleware`: it logs the requests answered before
+    /// any route matched (malformed, no route, method not allowed, the listener's in-flight cap).
+    public let unroutedAccessLog: AccessLogMiddleware?
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
@@ -80,9 +83,11 @@ public final class GatewayRuntime: Sendable {
                               upstream: route.upstream, timeout: route.timeout,
                               inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)), responder: endpoint)
             built.responder = MiddlewareChain(chain, endpoint: PrefixStripping(route: built, endpoint: endpoint))
+            built.accessLog = chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first
             routes.append(built)
         }
         self.router = Router(routes: routes)
+        self.unroutedAccessLog = config.defaults.middleware.lazy.compactMap { middleware[$0] as? AccessLogMiddleware }.first
         self.upstreams = upstreams
         self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }
     }
