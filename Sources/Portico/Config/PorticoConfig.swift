@@ -39,7 +39,9 @@ public struct ListenConfig: Sendable, Equatable {
     public var address: String = "0.0.0.0"
     public var port: Int = 8080
     public var threads: Int = 4
-    public var connectionLimit: Int = 10_000
+    /// Client connections open at once. `nil` (not set): as many as the descriptor limit allows,
+    /// up to 10 000 (`ConnectionLimitSizing`).
+    public var connectionLimit: Int?
     /// Idle connections are closed after this long.
     public var idleTimeout: Duration = .seconds(60)
     /// A request head must be complete within this (slow clients are disconnected).
