@@ -32,6 +32,16 @@ public struct PorticoConfig: Sendable, Equatable {
         self.defaults = defaults
         self.routes = routes
     }
+
+    /// What the configuration holds, as `portico check` reports it: `1 route, 2 upstreams, …`.
+    public var summary: String {
+        func counted(_ count: Int, _ singular: String, _ plural: String) -> String {
+            "\(count) \(count == 1 ? singular : plural)"
+        }
+        return [counted(routes.count, "route", "routes"), counted(upstreams.count, "upstream", "upstreams"),
+                counted(middleware.count, "middleware", "middleware"),
+                counted(credentials.count, "credential", "credentials")].joined(separator: ", ")
+    }
 }
 
 /// `listen:` — the proxy listener.
