@@ -115,20 +115,22 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         request.headers = collector.headers
         request.headBytes = methodName.utf8.count + request.target.utf8.count + 12 + collector.bytes
         if request.headBytes > limits.maxHeaderBytes {
-            return queue(limits.errorResponse(431, "request_header_fields_too_large",
-                                              "request head exceeds the limit of \(limits.maxHeaderBytes) bytes"),
+            return queue(refusal(431, "request_header_fields_too_large",
+                                 "request head exceeds the limit of \(limits.maxHeaderBytes) bytes",
+                                 request: request, method: methodName, version: version, context: context, limits: limits),
                          on: connection, isHead: false, draining: true)
         }
         if let problem = RequestFraming.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
                                                 headers: request.headers) {
-            return queue(limits.errorResponse(problem.status, problem.code, problem.message),
+            return queue(refusal(problem.status, problem.code, problem.message,
+                                 request: request, method: methodName, version: version, context: context, limits: limits),
                          on: connection, isHead: false, draining: true)
         }
         if let length = request.headers.first(where: { $0.name.isFieldName("content-length") })?.value,
            let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
             // Answer before reading the body; libmicrohttpd closes the connection afterwards.
-            return queue(limits.errorResponse(413, "payload_too_large",
-                                              "request body exceeds the limit of \(limits.maxBodyBytes) bytes"),
+            return queue(refusal(413, "payload_too_large", "request body exceeds the limit of \(limits.maxBodyBytes) bytes",
+                                 request: request, method: methodName, version: version, context: context, limits: limits),
                          on: connection, isHead: false, draining: true)
         }
         return portico_yes
@@ -193,6 +195,18 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     }
     pending.attach(task)
     return portico_yes
+}
+
+/// The answer to a request refused once its head is read: `refusalResponse` with the head as
+/// received, or `errorResponse`.
+private func refusal(_ status: Int, _ code: String, _ message: String, request: RequestInProgress, method: String,
+                     version: UnsafePointer<CChar>?, context: ConnectionContext, limits: ServerConfiguration) -> ServerResponse {
+    guard let refusalResponse = limits.refusalResponse else { return limits.errorResponse(status, code, message) }
+    let received = ServerRequest(method: method, target: request.target,
+                                 version: version.map { String(cString: $0) } ?? "HTTP/1.1",
+                                 headers: request.headers, clientAddress: context.clientAddress,
+                                 deadline: request.startedAt.advanced(by: limits.requestTimeout))
+    return refusalResponse(received, status, code, message)
 }
 
 /// Collects request headers in order, duplicates kept.

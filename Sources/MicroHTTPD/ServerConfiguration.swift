@@ -33,6 +33,11 @@ public struct ServerConfiguration: Sendable {
     public var errorLog: (@Sendable (String) -> Void)?
     /// Built-in answers for failures detected before the handler runs (413, 431, 400, timeout).
     public var errorResponse: @Sendable (_ status: Int, _ code: String, _ message: String) -> ServerResponse = ServerResponse.plainError
+    /// The answer to a request refused once its head is read, before the handler runs (431, a
+    /// declared body over `maxBodyBytes` 413, ambiguous framing 400), given the request as
+    /// received (head only, no body): for logging and counting it. `nil`: `errorResponse`.
+    public var refusalResponse: (@Sendable (_ request: ServerRequest, _ status: Int, _ code: String,
+                                            _ message: String) -> ServerResponse)?
 
     public init() {}
 

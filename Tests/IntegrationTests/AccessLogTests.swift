@@ -241,4 +241,42 @@ struct AccessLogOwnAnswerTests {
         #expect(line["error"]?.description == "overloaded")
         #expect(line["bytes_out"]?.description == String(refused.body.count))
     }
+
+    @Test("requests refused as their head is read are logged and carry X-Request-ID: 413, 431, framing 400")
+    func refusedAtTheHead() async throws {
+        let config = try ConfigLoader.load(yaml: """
+            listen: { max_body_bytes: 100, max_header_bytes: 2KiB }
+            middleware:
+              log: { type: access_log }
+            defaults: { middleware: [log] }
+            routes:
+              - { name: ping, match: { path: /ping }, direct: { status: 200, body: "pong" } }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        let heads = [
+            ("head-413", "POST /ping HTTP/1.1\r\nHost: x\r\nX-Request-ID: head-413\r\nContent-Length: 1000\r\n\r\n", 413),
+            ("head-431", "GET /ping HTTP/1.1\r\nHost: x\r\nX-Request-ID: head-431\r\nX-Big: \(String(repeating: "b", count: 3000))\r\n\r\n", 431),
+            ("head-400", "POST /ping HTTP/1.1\r\nHost: x\r\nX-Request-ID: head-400\r\nContent-Length: 3\r\n"
+                + "Transfer-Encoding: chunked\r\n\r\n", 400),
+        ]
+        var bodies: [String: Int] = [:]
+        for (id, head, status) in heads {
+            let connection = try gateway.connect()
+            try await connection.send(head)
+            let response = try #require(try await connection.readResponse(), "\(id)")
+            #expect(response.status == status, "\(id)")
+            #expect(response.header("x-request-id") == id)
+            #expect(response.bodyText.contains("\"request_id\":\"\(id)\""))
+            bodies[id] = response.body.count
+        }
+        await gateway.stop()
+        for (id, _, status) in heads {
+            let line = try Self.line(capture, id)
+            #expect(line["status"]?.description == String(status), "\(id)")
+            #expect(line["route"]?.description == "", "\(id)")
+            #expect(line["bytes_out"]?.description == bodies[id].map(String.init), "\(id)")
+            #expect(line["bytes_in"]?.description == "0", "\(id)")
+        }
+    }
 }

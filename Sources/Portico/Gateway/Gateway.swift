@@ -81,6 +81,19 @@ public final class Gateway: Sendable {
         }
     }
 
+    /// Answers a request the server refused once its head was read (a head over
+    /// `max_header_bytes`, a declared body over `max_body_bytes`, ambiguous framing): the JSON
+    /// error with its request id, counted and logged like any request answered before a chain.
+    /// The connection is closed.
+    public func refused(_ serverRequest: ServerRequest, status: Int, code: String, message: String) -> ServerResponse {
+        let start = ContinuousClock.now
+        metrics.requestStarted()
+        let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
+            ?? RequestID.generate()
+        let error = GatewayError(status: HTTPResponse.Status(code: status), code: code, message: message)
+        return answered(serverRequest, Refusal(error: error, requestID: requestID, isHead: false, close: true), since: start)
+    }
+
     /// The answer to `serverRequest`, at once or after its work has run.
     public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
         switch answer(serverRequest) {

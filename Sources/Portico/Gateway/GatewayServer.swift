@@ -30,11 +30,11 @@ public final class GatewayServer: Sendable {
         self.clock = clock
         self.listen = config.listen
         self.state = Mutex((config, false))
-        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger),
+        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger, gateway: gateway),
                             answering: gateway.answer)
     }
 
-    static func serverConfiguration(_ listen: ListenConfig, logger: Logger) -> ServerConfiguration {
+    static func serverConfiguration(_ listen: ListenConfig, logger: Logger, gateway: Gateway) -> ServerConfiguration {
         var configuration = ServerConfiguration()
         configuration.address = listen.address
         configuration.port = UInt16(clamping: listen.port)
@@ -56,6 +56,9 @@ public final class GatewayServer: Sendable {
             var response = ServerResponse(error.response(requestID: RequestID.generate()), isHead: false)
             response.closeConnection = status != 504
             return response
+        }
+        configuration.refusalResponse = { request, status, code, message in
+            gateway.refused(request, status: status, code: code, message: message)
         }
         return configuration
     }

@@ -72,9 +72,10 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
               status: status, bytesOut: bytesOut, error: error, duration: start.duration(to: clock.now))
     }
 
-    /// The line for a request the gateway answered before any route's chain ran: malformed
-    /// (`400`), no route (`404`, `route` empty), method not allowed (`405`), overloaded (`503`).
-    /// `serverRequest` is what the client sent, as received.
+    /// The line for a request the gateway answered before any route's chain ran: refused as its
+    /// head was read (`431`, `413`, framing `400`), malformed (`400`), no route (`404`, `route`
+    /// empty), method not allowed (`405`), overloaded (`503`). `serverRequest` is what the
+    /// client sent, as received.
     public func logAnswered(_ serverRequest: ServerRequest, requestID: String, route: String?, upstream: String?,
                             response: GatewayResponse, error: String?, duration: Duration) {
         let headerValues: (HTTPField.Name) -> [String] = { name in
