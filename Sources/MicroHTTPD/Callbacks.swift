@@ -119,18 +119,21 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         request.headers = collector.headers
         request.headBytes = methodName.utf8.count + request.target.utf8.count + 12 + collector.bytes
         if request.headBytes > limits.maxHeaderBytes {
-            return queue(limits.refusalResponse(.headTooLarge(limit: limits.maxHeaderBytes), nil),
+            return queue(refuse(.headTooLarge(limit: limits.maxHeaderBytes), request: request, method: methodName,
+                                version: version, context: context, limits: limits),
                          on: connection, isHead: false, draining: true)
         }
         if let refusal = RequestHeadRules.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
                                                   target: request.target, headers: request.headers) {
-            return queue(limits.refusalResponse(refusal, nil),
+            return queue(refuse(refusal, request: request, method: methodName, version: version, context: context,
+                                limits: limits),
                          on: connection, isHead: false, draining: true)
         }
         if let length = request.headers.first(where: { $0.name.isFieldName("content-length") })?.value,
            let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
             // Answer before reading the body; libmicrohttpd closes the connection afterwards.
-            return queue(limits.refusalResponse(.bodyTooLarge(limit: limits.maxBodyBytes), nil),
+            return queue(refuse(.bodyTooLarge(limit: limits.maxBodyBytes), request: request, method: methodName,
+                                version: version, context: context, limits: limits),
                          on: connection, isHead: false, draining: true)
         }
         return portico_yes
@@ -169,7 +172,7 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     // suspended. Admitted before the handler runs, so work it returns is always run.
     guard core.admit() else {
         // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
-        return queue(limits.refusalResponse(.shuttingDown, nil),
+        return queue(limits.refusalResponse(.shuttingDown, nil, nil),
                      on: connection, isHead: methodName == "HEAD", draining: true)
     }
     let work: @Sendable () async -> ServerResponse
@@ -199,6 +202,16 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     return portico_yes
 }
 
+/// The answer to a request refused once its head is read, given to the renderer with the head as received.
+private func refuse(_ refusal: ServerRefusal, request: RequestInProgress, method: String,
+                    version: UnsafePointer<CChar>?, context: ConnectionContext, limits: ServerConfiguration) -> ServerResponse {
+    let received = ServerRequest(method: method, target: request.target,
+                                 version: version.map { String(cString: $0) } ?? "HTTP/1.1",
+                                 headers: request.headers, clientAddress: context.clientAddress,
+                                 deadline: request.startedAt.advanced(by: limits.requestTimeout))
+    return limits.refusalResponse(refusal, received, nil)
+}
+
 /// Collects request headers in order, duplicates kept.
 private final class HeaderCollector {
     var headers: [(name: String, value: String)] = []
@@ -225,7 +238,7 @@ private func fitted(_ response: ServerResponse, after request: RequestInProgress
     guard head > limits.connectionMemoryBytes - used else { return response }
     core.log("a response head of \(head) bytes does not fit in the \(limits.connectionMemoryBytes - used) bytes of connection "
              + "memory its request left (listen.max_header_bytes sets it): answered 502")
-    return limits.refusalResponse(.responseHeadTooLarge, nil)
+    return limits.refusalResponse(.responseHeadTooLarge, nil, nil)
 }
 
 /// Builds the libmicrohttpd response and queues it. Every C call's result is checked.

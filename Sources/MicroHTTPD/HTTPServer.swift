@@ -288,7 +288,7 @@ final class ServerCore: Sendable {
             let remaining = state.withLock { Array($0.inFlight.values) }
             let suspended = admissions.load(ordering: .sequentiallyConsistent)
             for pending in remaining {
-                pending.complete(configuration.refusalResponse(.shuttingDown, pending.requestID))
+                pending.complete(configuration.refusalResponse(.shuttingDown, nil, pending.requestID))
             }
             if suspended == 0 { break }
             try? await Task.sleep(for: .milliseconds(5))
@@ -352,7 +352,7 @@ final class ServerCore: Sendable {
                 state.inFlight.values.filter { now > $0.deadline.advanced(by: grace) }
             }
             for pending in overdue {
-                pending.complete(configuration.refusalResponse(.deadlineExceeded, pending.requestID))
+                pending.complete(configuration.refusalResponse(.deadlineExceeded, nil, pending.requestID))
             }
         }
     }
@@ -480,7 +480,7 @@ final class ServerCore: Sendable {
         // Seen: a later refusal on this thread must not find this connection again.
         handle.context.takeUnretainedValue().request?.headersSeen = true
         if configuration.tls == nil {
-            let answer = configuration.refusalResponse(refusal.refusal(maxBodyBytes: configuration.maxBodyBytes), nil)
+            let answer = configuration.refusalResponse(refusal.refusal(maxBodyBytes: configuration.maxBodyBytes), nil, nil)
             let bytes = answer.serialized(date: imfFixdateNow())
             // One small write to a socket whose previous response is long sent: it fits in the
             // send buffer. A short write still ends in the shutdown below, so the client sees a

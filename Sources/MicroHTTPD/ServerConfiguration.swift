@@ -31,11 +31,13 @@ public struct ServerConfiguration: Sendable {
     public var tls: TLS?
     /// libmicrohttpd's own diagnostics (bind failures, protocol errors); `nil` discards them.
     public var errorLog: (@Sendable (String) -> Void)?
-    /// Renders what the server answers by itself (413, 431, 400, 503 while stopping, 504 past the
-    /// deadline) in the application's error shape. `requestID` is the one the handler gave its
-    /// `.later` answer, for refusals of a request already handed over (deadline, shutdown).
-    public var refusalResponse: @Sendable (_ refusal: ServerRefusal, _ requestID: String?) -> ServerResponse
-        = ServerRefusal.plainResponse
+    /// Renders what the server answers by itself (413, 431, 400, 501, 503 while stopping, 504
+    /// past the deadline) in the application's error shape. `request` is the head as received
+    /// (no body) for a request refused once its head was read, for logging and counting it;
+    /// `requestID` the one the handler gave its `.later` answer, for refusals of a request
+    /// already handed over (deadline, shutdown).
+    public var refusalResponse: @Sendable (_ refusal: ServerRefusal, _ request: ServerRequest?, _ requestID: String?)
+        -> ServerResponse = ServerRefusal.plainResponse
 
     public init() {}
 

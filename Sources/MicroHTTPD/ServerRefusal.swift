@@ -47,7 +47,7 @@ public enum ServerRefusal: Sendable, Equatable {
     }
 
     /// The default rendering: the status and the message as plain text; the connection closes.
-    public static let plainResponse: @Sendable (ServerRefusal, _ requestID: String?) -> ServerResponse = { refusal, _ in
+    public static let plainResponse: @Sendable (ServerRefusal, ServerRequest?, _ requestID: String?) -> ServerResponse = { refusal, _, _ in
         ServerResponse(status: refusal.status, headers: [("Content-Type", "text/plain; charset=utf-8")],
                        body: Array("\(refusal.message)\n".utf8), closeConnection: true)
     }

@@ -58,7 +58,7 @@ struct Check: AsyncParsableCommand {
         for warning in config.warnings {
             FileHandle.standardError.write(Data("warning: \(warning.description)\n".utf8))
         }
-        print("\(options.config): OK (\(config.routes.count) routes, \(config.upstreams.count) upstreams, \(config.middleware.count) middleware, \(config.credentials.count) credentials)")
+        print("\(options.config): OK (\(config.summary))")
     }
 }
 

@@ -95,3 +95,188 @@ struct AccessLogTests {
         #expect(!line.contains(Self.secret))
     }
 }
+
+/// The access log's `bytes_out` and status for answers Portico makes itself.
+@Suite("Access log: Portico's own answers")
+struct AccessLogOwnAnswerTests {
+    /// The access line of the request with `requestID`.
+    static func line(_ capture: LogCapture, _ requestID: String) throws -> Logger.Metadata {
+        try #require(capture.records.first { $0["request_id"]?.description == requestID }, "no access line for \(requestID)")
+    }
+
+    @Test("bytes_out is the body sent: 429, 502, 504, direct routes, HEAD (none)")
+    func bytesOutOfOwnAnswers() async throws {
+        let upstream = TestUpstream()
+        upstream.route("/slow", TestUpstream.Response.text("late").delayed(by: .seconds(5)))
+        try await upstream.start()
+        let refusing = try RefusingPort()
+        let config = try ConfigLoader.load(yaml: """
+            upstreams:
+              up: { url: "http://127.0.0.1:\(upstream.port)", transport: nio, timeout: 300ms }
+              down: { url: "http://127.0.0.1:\(refusing.port)", transport: nio }
+            middleware:
+              log: { type: access_log }
+              limit: { type: rate_limit, key: route, rate: 1/h, burst: 1 }
+            defaults: { middleware: [log] }
+            routes:
+              - { name: limited, match: { path: /limited }, direct: { status: 200, body: "ok" }, middleware: [log, limit] }
+              - { name: down, match: { path_prefix: /down }, upstream: down }
+              - { name: slow, match: { path_prefix: /slow }, upstream: up }
+              - { name: ping, match: { path: /ping }, direct: { status: 200, body: "pong" } }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        var answers: [(id: String, status: Int, bytes: Int)] = []
+        for (index, (method, target, status)) in [("GET", "/limited", 200), ("GET", "/limited", 429), ("GET", "/down/x", 502),
+                                                  ("GET", "/slow", 504), ("GET", "/ping", 200)].enumerated() {
+            let id = "own-\(index)"
+            let response = try await gateway.request(method, target, headers: [("X-Request-ID", id)])
+            #expect(response.status == status, "\(target)")
+            #expect(!response.body.isEmpty, "\(target)")
+            answers.append((id, response.status, response.body.count))
+        }
+        let head = try await gateway.request("HEAD", "/ping", headers: [("X-Request-ID", "own-head")])
+        #expect(head.status == 200)
+        await gateway.stop()
+        await upstream.shutdown()
+
+        for answer in answers {
+            let line = try Self.line(capture, answer.id)
+            #expect(line["status"]?.description == String(answer.status), "\(answer.id)")
+            #expect(line["bytes_out"]?.description == String(answer.bytes), "\(answer.id)")
+        }
+        #expect(try Self.line(capture, "own-1")["error"]?.description == "rate_limited")
+        #expect(try Self.line(capture, "own-head")["bytes_out"]?.description == "0")
+    }
+
+    @Test("requests answered before any chain are logged by defaults.middleware's access_log, route empty: 404, 405, 400")
+    func unroutedAnswers() async throws {
+        let config = try ConfigLoader.load(yaml: """
+            middleware:
+              log: { type: access_log, redact_query: [token], include_headers: [user-agent] }
+            defaults: { middleware: [log] }
+            routes:
+              - { name: ping, match: { path: /ping, methods: [GET] }, direct: { status: 200, body: "pong" } }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        let notFound = try await gateway.request("GET", "/nowhere?token=t0p&x=1",
+                                                 headers: [("X-Request-ID", "un-404"), ("User-Agent", "itest")])
+        #expect(notFound.status == 404)
+        let notAllowed = try await gateway.request("DELETE", "/ping", headers: [("X-Request-ID", "un-405")])
+        #expect(notAllowed.status == 405)
+        let malformed = try await gateway.request("GET", "/a/../ping", headers: [("X-Request-ID", "un-400")])
+        #expect(malformed.status == 400)
+        let headNotFound = try await gateway.request("HEAD", "/nowhere", headers: [("X-Request-ID", "un-head")])
+        #expect(headNotFound.status == 404)
+        await gateway.stop()
+
+        let line404 = try Self.line(capture, "un-404")
+        #expect(line404["route"]?.description == "")
+        #expect(line404["status"]?.description == "404")
+        #expect(line404["error"]?.description == "not_found")
+        #expect(line404["method"]?.description == "GET")
+        #expect(line404["path"]?.description == "/nowhere?token=[REDACTED]&x=1")
+        #expect(line404["client"]?.description == "127.0.0.1")
+        #expect(line404["header_user_agent"]?.description == "itest")
+        #expect(line404["bytes_out"]?.description == String(notFound.body.count))
+        let line405 = try Self.line(capture, "un-405")
+        #expect(line405["status"]?.description == "405")
+        #expect(line405["route"]?.description == "")
+        #expect(line405["bytes_out"]?.description == String(notAllowed.body.count))
+        let line400 = try Self.line(capture, "un-400")
+        #expect(line400["status"]?.description == "400")
+        #expect(line400["bytes_out"]?.description == String(malformed.body.count))
+        #expect(try Self.line(capture, "un-head")["bytes_out"]?.description == "0")
+        #expect(capture.records.count == 4)
+    }
+
+    @Test("no access_log in defaults.middleware: unrouted requests write no line")
+    func unroutedWithoutDefaultLog() async throws {
+        let config = try ConfigLoader.load(yaml: """
+            middleware:
+              log: { type: access_log }
+            routes:
+              - { name: ping, match: { path: /ping }, direct: { status: 200, body: "pong" }, middleware: [log] }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        #expect(try await gateway.request("GET", "/nowhere").status == 404)
+        #expect(try await gateway.request("GET", "/ping").status == 200)
+        await gateway.stop()
+        #expect(capture.records.map { $0["route"]?.description } == ["ping"])
+    }
+
+    @Test("a route's max_in_flight refusal is logged by that route's access_log, with the route")
+    func routeOverload() async throws {
+        let release = AsyncGate()
+        let upstream = TestUpstream()
+        upstream.route("/held") { request in
+            await release.wait()
+            return .echo(request)
+        }
+        try await upstream.start()
+        let config = try ConfigLoader.load(yaml: """
+            upstreams:
+              up: { url: "http://127.0.0.1:\(upstream.port)", transport: nio }
+            middleware:
+              log: { type: access_log }
+            routes:
+              - { name: held, match: { path: /held }, upstream: up, max_in_flight: 1, middleware: [log] }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        let held = try gateway.connect()
+        try await held.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await Eventually.wait { gateway.server.inFlightRequests == 1 }
+        let refused = try await gateway.request("GET", "/held", headers: [("X-Request-ID", "over-1")])
+        #expect(refused.status == 503)
+        release.open()
+        #expect(try #require(try await held.readResponse()).status == 200)
+        await gateway.stop()
+        await upstream.shutdown()
+        let line = try Self.line(capture, "over-1")
+        #expect(line["route"]?.description == "held")
+        #expect(line["upstream"]?.description == "up")
+        #expect(line["error"]?.description == "overloaded")
+        #expect(line["bytes_out"]?.description == String(refused.body.count))
+    }
+
+    @Test("requests refused as their head is read are logged and carry X-Request-ID: 413, 431, framing 400")
+    func refusedAtTheHead() async throws {
+        let config = try ConfigLoader.load(yaml: """
+            listen: { max_body_bytes: 100, max_header_bytes: 2KiB }
+            middleware:
+              log: { type: access_log }
+            defaults: { middleware: [log] }
+            routes:
+              - { name: ping, match: { path: /ping }, direct: { status: 200, body: "pong" } }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        let heads = [
+            ("head-413", "POST /ping HTTP/1.1\r\nHost: x\r\nX-Request-ID: head-413\r\nContent-Length: 1000\r\n\r\n", 413),
+            ("head-431", "GET /ping HTTP/1.1\r\nHost: x\r\nX-Request-ID: head-431\r\nX-Big: \(String(repeating: "b", count: 3000))\r\n\r\n", 431),
+            ("head-400", "POST /ping HTTP/1.1\r\nHost: x\r\nX-Request-ID: head-400\r\nContent-Length: 3\r\n"
+                + "Transfer-Encoding: chunked\r\n\r\n", 400),
+        ]
+        var bodies: [String: Int] = [:]
+        for (id, head, status) in heads {
+            let connection = try gateway.connect()
+            try await connection.send(head)
+            let response = try #require(try await connection.readResponse(), "\(id)")
+            #expect(response.status == status, "\(id)")
+            #expect(response.header("x-request-id") == id)
+            #expect(response.bodyText.contains("\"request_id\":\"\(id)\""))
+            bodies[id] = response.body.count
+        }
+        await gateway.stop()
+        for (id, _, status) in heads {
+            let line = try Self.line(capture, id)
+            #expect(line["status"]?.description == String(status), "\(id)")
+            #expect(line["route"]?.description == "", "\(id)")
+            #expect(line["bytes_out"]?.description == bodies[id].map(String.init), "\(id)")
+            #expect(line["bytes_in"]?.description == "0", "\(id)")
+        }
+    }
+}

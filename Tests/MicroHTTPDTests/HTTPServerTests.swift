@@ -325,7 +325,7 @@ struct HTTPServerTests {
         var configuration = ServerConfiguration()
         configuration.requestTimeout = .milliseconds(200)
         configuration.maxHeaderBytes = 2048
-        configuration.refusalResponse = { refusal, requestID in
+        configuration.refusalResponse = { refusal, _, requestID in
             ServerResponse(status: refusal.status, body: Array("\(refusal) \(requestID ?? "none")".utf8),
                            closeConnection: true)
         }

@@ -36,7 +36,7 @@ struct RefusalTests {
     /// Renders refusals as `code|message`, so the test sees they came from the configured renderer.
     static func configure(_ configuration: inout ServerConfiguration) {
         configuration.threads = 1
-        configuration.refusalResponse = { refusal, _ in
+        configuration.refusalResponse = { refusal, _, _ in
             let code = switch refusal {
             case .bodyTooLarge: "payload_too_large"
             case .badFraming, .malformedHead: "bad_request"

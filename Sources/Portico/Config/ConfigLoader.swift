@@ -50,7 +50,7 @@ public enum ConfigLoader {
         if let root {
             parseRoot(ConfigNode(node: root, path: "", context: context), into: &config, registry: registry)
         } else {
-            context.report("no routes defined", path: "routes", line: nil)
+            context.report("the file is empty: missing required key \"routes\"", path: "", line: 1)
         }
         guard context.diagnostics.isEmpty else {
             // File order reads best; problems without a line (missing sections) go last.
@@ -72,7 +72,11 @@ public enum ConfigLoader {
         let names = ConfigNames(upstreams: upstreams?.keys ?? [], credentials: credentials?.keys ?? [],
                                 middleware: middleware?.keys ?? [])
 
-        m.read("listen", into: &config.listen) { $0.mapping().map(ListenConfig.parse) }
+        var listenMapping: ConfigMapping?
+        m.read("listen", into: &config.listen) { node in
+            listenMapping = node.mapping()
+            return listenMapping.map(ListenConfig.parse)
+        }
         let adminMapping = m.value("admin")?.mapping()
         config.admin = adminMapping.map(AdminConfig.parse) ?? AdminConfig()
         m.read("logging", into: &config.logging) { $0.mapping().map(LoggingConfig.parse) }
@@ -94,13 +98,13 @@ public enum ConfigLoader {
         }
         m.read("defaults", into: &config.defaults) { $0.mapping().map { DefaultsConfig.parse($0, names: names) } }
 
-        if let routes = m.value("routes") {
+        if let routes = m.required("routes"), !routes.isNull {
             config.routes = RouteConfig.parseList(routes, names: names)
             if case .sequence(let items) = routes.node, items.isEmpty {
                 routes.error("no routes defined")
             }
-        } else {
-            root.context.report("no routes defined", path: "routes", line: nil)
+        } else if let routes = m.rawValue("routes") {
+            root.context.report("no routes defined", path: routes.path, line: routes.ownLine)
         }
         m.finish()
 
@@ -111,6 +115,8 @@ public enum ConfigLoader {
             let message = "port \(admin.port) is already used by listen.port"
             if let portNode = adminMapping?.value("port") {
                 portNode.error(message)
+            } else if let listenPort = listenMapping?.value("port") {
+                listenPort.error("port \(listen.port) is also the admin listener's default (admin.port): set another admin.port")
             } else {
                 root.context.report(message, path: "admin.port", line: nil)
             }

@@ -29,8 +29,9 @@ final class ConfigMapping {
                 merged += Self.mergeEntries(value, into: node)
                 continue
             }
-            entries.append(Entry(key: scalar.string, keyNode: node.child(scalar.string, key),
-                                 value: node.child(scalar.string, value)))
+            let entryKey = node.child(scalar.string, key)
+            entries.append(Entry(key: scalar.string, keyNode: entryKey,
+                                 value: node.child(scalar.string, value, keyLine: entryKey.line)))
         }
         for entry in merged where !entries.contains(where: { $0.key == entry.key }) {
             entries.append(entry)
@@ -66,10 +67,15 @@ final class ConfigMapping {
     /// Reports `missing required key` when absent.
     func required(_ key: String) -> ConfigNode? {
         guard let node = rawValue(key) else {
-            self.node.error("missing required key \(key.quotedForMessage)")
+            error("missing required key \(key.quotedForMessage)")
             return nil
         }
         return node
+    }
+
+    /// Reports a problem with the mapping as a whole, at its own line (`ConfigNode.ownLine`).
+    func error(_ message: String) {
+        node.context.report(message, path: node.path, line: node.ownLine)
     }
 
     /// Parses `key` when present and stores it, keeping the default otherwise.

@@ -37,8 +37,15 @@ struct ConfigNode {
     let node: Node
     let path: String
     let context: ConfigContext
+    /// The line of the key whose value this node is (`nil` for list items and the root).
+    var keyLine: Int?
 
     var line: Int? { node.mark?.line }
+
+    /// Where a problem with the node as a whole goes (a mapping missing a key): the line of the
+    /// key that holds it, or for a list item or the root its own first line — not the line of
+    /// its first child, where a block mapping's own mark points.
+    var ownLine: Int? { keyLine ?? line }
 
     func error(_ message: String) {
         context.report(message, path: path, line: line)
@@ -48,8 +55,8 @@ struct ConfigNode {
         context.warn(message, path: path, line: line)
     }
 
-    func child(_ key: String, _ node: Node) -> ConfigNode {
-        ConfigNode(node: node, path: Self.join(path, key), context: context)
+    func child(_ key: String, _ node: Node, keyLine: Int? = nil) -> ConfigNode {
+        ConfigNode(node: node, path: Self.join(path, key), context: context, keyLine: keyLine)
     }
 
     /// `a.b`, or `a["b.c"]` when the key would be ambiguous in a dotted path.

@@ -32,6 +32,16 @@ public struct PorticoConfig: Sendable, Equatable {
         self.defaults = defaults
         self.routes = routes
     }
+
+    /// What the configuration holds, as `portico check` reports it: `1 route, 2 upstreams, …`.
+    public var summary: String {
+        func counted(_ count: Int, _ singular: String, _ plural: String) -> String {
+            "\(count) \(count == 1 ? singular : plural)"
+        }
+        return [counted(routes.count, "route", "routes"), counted(upstreams.count, "upstream", "upstreams"),
+                counted(middleware.count, "middleware", "middleware"),
+                counted(credentials.count, "credential", "credentials")].joined(separator: ", ")
+    }
 }
 
 /// `listen:` — the proxy listener.
@@ -39,7 +49,9 @@ public struct ListenConfig: Sendable, Equatable {
     public var address: String = "0.0.0.0"
     public var port: Int = 8080
     public var threads: Int = 4
-    public var connectionLimit: Int = 10_000
+    /// Client connections open at once. `nil` (not set): as many as the descriptor limit allows,
+    /// up to 10 000 (`ConnectionLimitSizing`).
+    public var connectionLimit: Int?
     /// Idle connections are closed after this long.
     public var idleTimeout: Duration = .seconds(60)
     /// A request head must be complete within this (slow clients are disconnected).

@@ -31,8 +31,8 @@ extension RouteConfig {
         let upstream = upstreamNode?.reference(to: "upstream", among: names.upstreams)
         let direct = directNode?.mapping().flatMap(Direct.parse)
         switch (upstreamNode, directNode) {
-        case (.some, .some): m.node.error("set either upstream or direct, not both")
-        case (nil, nil): m.node.error("needs either upstream or direct")
+        case (.some, .some): m.error("set either upstream or direct, not both")
+        case (nil, nil): m.error("needs either upstream or direct")
         default: break
         }
         var stripPrefix = false
@@ -68,11 +68,11 @@ extension RouteConfig.Match {
         m.finish()
         let present = ["path", "path_prefix", "host"].filter { m.value($0) != nil }
         if present.isEmpty {
-            m.node.error("needs at least one of path, path_prefix, host")
+            m.error("needs at least one of path, path_prefix, host")
             return nil
         }
         if present.contains("path"), present.contains("path_prefix") {
-            m.node.error("path and path_prefix cannot both be set (path is an exact match)")
+            m.error("path and path_prefix cannot both be set (path is an exact match)")
             return nil
         }
         return c

@@ -172,6 +172,16 @@ extension GatewayError {
 }
 
 extension GatewayError {
+    /// What a client is answered when a chain throws `error`: a `GatewayError` as it is, a
+    /// cancelled task (its deadline passed) `504 request_timeout`, anything else `500`.
+    public static func answering(_ error: any Error) -> GatewayError {
+        switch error {
+        case let error as GatewayError: error
+        case is CancellationError: .requestTimeout()
+        default: .internalError()
+        }
+    }
+
     public static func badRequest(_ message: String) -> GatewayError {
         GatewayError(.badRequest, message: message)
     }

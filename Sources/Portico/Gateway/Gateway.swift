@@ -48,8 +48,8 @@ public final class Gateway: Sendable {
         metrics.requestStarted()
         let exchange: Exchange
         switch prepare(serverRequest) {
-        case .answered(let response, let route):
-            return .now(finished(response, route: route, method: serverRequest.method, since: start))
+        case .answered(let refusal):
+            return .now(answered(serverRequest, refusal, since: start))
         case .routed(let routed):
             exchange = routed
         }
@@ -77,6 +77,19 @@ public final class Gateway: Sendable {
         }, requestID: exchange.context.requestID)
     }
 
+    /// Answers a request the server refused once its head was read (a head over
+    /// `max_header_bytes`, a declared body over `max_body_bytes`, ambiguous framing): the JSON
+    /// error with its request id, counted and logged like any request answered before a chain.
+    /// The connection is closed.
+    public func refused(_ serverRequest: ServerRequest, _ refusal: ServerRefusal) -> ServerResponse {
+        let start = ContinuousClock.now
+        metrics.requestStarted()
+        let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
+            ?? RequestID.generate()
+        let error = GatewayError(refusal)
+        return answered(serverRequest, Refusal(error: error, requestID: requestID, isHead: false, close: true), since: start)
+    }
+
     /// The answer to `serverRequest`, at once or after its work has run.
     public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
         switch answer(serverRequest) {
@@ -101,8 +114,18 @@ public final class Gateway: Sendable {
     }
 
     private enum Prepared {
-        case answered(ServerResponse, route: String?)
+        case answered(Refusal)
         case routed(Exchange)
+    }
+
+    /// A request answered before any route's chain runs.
+    private struct Refusal {
+        var error: GatewayError
+        var requestID: String
+        var isHead: Bool
+        /// The matched route, when there was one (its own in-flight cap refused the request).
+        var route: Route?
+        var close = false
     }
 
     /// Validates and routes the request and takes its in-flight places: what every request
@@ -119,14 +142,12 @@ public final class Gateway: Sendable {
         } catch {
             logger.debug("rejected malformed request", metadata: ["request_id": .string(requestID),
                                                                   "reason": .string(error.message)])
-            return .answered(finish(error.response(requestID: requestID), requestID: requestID, isHead: isHead, close: true),
-                             route: nil)
+            return .answered(Refusal(error: error, requestID: requestID, isHead: isHead, close: true))
         }
 
         guard inFlight.tryEnter() else {
             metrics.overloaded(route: nil)
-            return .answered(finish(GatewayError.overloaded(route: nil).response(requestID: requestID),
-                                    requestID: requestID, isHead: isHead), route: nil)
+            return .answered(Refusal(error: .overloaded(route: nil), requestID: requestID, isHead: isHead))
         }
 
         let route: Route
@@ -135,19 +156,18 @@ public final class Gateway: Sendable {
             route = matched
         case .notFound:
             inFlight.leave()
-            return .answered(finish(GatewayError.notFound(path: request.path).response(requestID: requestID),
-                                    requestID: requestID, isHead: isHead), route: nil)
+            return .answered(Refusal(error: .notFound(path: request.path), requestID: requestID, isHead: isHead))
         case .methodNotAllowed(let allow):
             inFlight.leave()
-            return .answered(finish(GatewayError.methodNotAllowed(request.method, allow: allow).response(requestID: requestID),
-                                    requestID: requestID, isHead: isHead), route: nil)
+            return .answered(Refusal(error: .methodNotAllowed(request.method, allow: allow), requestID: requestID,
+                                     isHead: isHead))
         }
 
         if let limit = route.inFlight, !limit.tryEnter() {
             inFlight.leave()
             metrics.overloaded(route: route.name)
-            return .answered(finish(GatewayError.overloaded(route: route.name).response(requestID: requestID),
-                                    requestID: requestID, isHead: isHead), route: route.name)
+            return .answered(Refusal(error: .overloaded(route: route.name), requestID: requestID, isHead: isHead,
+                                     route: route))
         }
 
         var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
@@ -159,15 +179,24 @@ public final class Gateway: Sendable {
 
     /// The error response for what a chain threw.
     private func response(for error: any Error, context: RequestContext) -> GatewayResponse {
-        switch error {
-        case let error as GatewayError:
-            return error.response(requestID: context.requestID)
-        case is CancellationError:
-            return GatewayError.requestTimeout().response(requestID: context.requestID)
-        default:
+        if !(error is GatewayError || error is CancellationError) {
             context.logger.error("unexpected error in the chain", metadata: ["error": .string(String(describing: error))])
-            return GatewayError.internalError().response(requestID: context.requestID)
         }
+        return GatewayError.answering(error).response(requestID: context.requestID)
+    }
+
+    /// Answers a request refused before any chain, with its access-log line: written by the
+    /// route's own `access_log` when a route matched, otherwise by the one in
+    /// `defaults.middleware` (`route` empty), if any.
+    private func answered(_ serverRequest: ServerRequest, _ refusal: Refusal,
+                          since start: ContinuousClock.Instant) -> ServerResponse {
+        let response = refusal.error.response(requestID: refusal.requestID)
+        let accessLog = if let route = refusal.route { route.accessLog } else { current.unroutedAccessLog }
+        accessLog?.logAnswered(serverRequest, requestID: refusal.requestID, route: refusal.route?.name,
+                               upstream: refusal.route?.upstream, response: response, error: refusal.error.kind.name,
+                               duration: start.duration(to: .now))
+        return finished(finish(response, requestID: refusal.requestID, isHead: refusal.isHead, close: refusal.close),
+                        route: refusal.route?.name, method: serverRequest.method, since: start)
     }
 
     private func finished(_ response: ServerResponse, route: String?, method: String,

@@ -13,6 +13,9 @@ public final class GatewayRuntime: Sendable {
     public let middleware: [String: any Middleware]
     /// Caches, whose background refreshes end with the runtime.
     public let caches: [CacheMiddleware]
+    /// The first `access_log` in `defaults.middleware`: it logs the requests answered before
+    /// any route matched (malformed, no route, method not allowed, the listener's in-flight cap).
+    public let unroutedAccessLog: AccessLogMiddleware?
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
@@ -90,9 +93,11 @@ public final class GatewayRuntime: Sendable {
             routes.append(Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
                                 upstream: route.upstream, timeout: route.timeout,
                                 inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
-                                responder: MiddlewareChain(chain, endpoint: stripping)))
+                                responder: MiddlewareChain(chain, endpoint: stripping),
+                                accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first))
         }
         self.router = Router(routes: routes)
+        self.unroutedAccessLog = config.defaults.middleware.lazy.compactMap { middleware[$0] as? AccessLogMiddleware }.first
         self.upstreams = upstreams
         self.middleware = middleware
         self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }

@@ -2,6 +2,10 @@ import Logging
 import MicroHTTPD
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The running gateway: the proxy listener, the current runtime, reload and drain.
 public final class GatewayServer: Sendable {
     public let gateway: Gateway
@@ -26,16 +30,16 @@ public final class GatewayServer: Sendable {
         self.clock = clock
         self.listen = config.listen
         self.loadedConfig = Mutex(config)
-        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger),
+        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger, gateway: gateway),
                             answering: gateway.answer)
     }
 
-    static func serverConfiguration(_ listen: ListenConfig, logger: Logger) -> ServerConfiguration {
+    static func serverConfiguration(_ listen: ListenConfig, logger: Logger, gateway: Gateway) -> ServerConfiguration {
         var configuration = ServerConfiguration()
         configuration.address = listen.address
         configuration.port = UInt16(clamping: listen.port)
         configuration.threads = listen.threads
-        configuration.connectionLimit = listen.connectionLimit
+        configuration.connectionLimit = connectionLimit(listen.connectionLimit, logger: logger)
         configuration.idleTimeout = listen.idleTimeout
         configuration.headerTimeout = listen.headerTimeout
         configuration.requestTimeout = listen.requestTimeout
@@ -47,7 +51,9 @@ public final class GatewayServer: Sendable {
         configuration.errorLog = { message in
             logger.warning("libmicrohttpd: \(message)")
         }
-        configuration.refusalResponse = { refusal, requestID in
+        configuration.refusalResponse = { refusal, request, requestID in
+            // Refused as its head was read: logged and counted like any request answered before a chain.
+            if let request { return gateway.refused(request, refusal) }
             let error = GatewayError(refusal)
             let requestID = requestID ?? RequestID.generate()
             var response = ServerResponse(error.response(requestID: requestID), isHead: false, requestID: requestID)
@@ -55,6 +61,21 @@ public final class GatewayServer: Sendable {
             return response
         }
         return configuration
+    }
+
+    /// `configured`, or when unset the default sized to the hard descriptor limit (said at info).
+    static func connectionLimit(_ configured: Int?, logger: Logger) -> Int {
+        var limit = rlimit()
+        let known = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_max != rlim_t.max  // RLIM_INFINITY
+        let descriptorLimit = known ? UInt64(limit.rlim_max) : nil
+        let chosen = ConnectionLimitSizing.connectionLimit(configured: configured, descriptorLimit: descriptorLimit)
+        if configured == nil {
+            logger.info("listen.connection_limit not set: \(chosen) connections", metadata: [
+                "descriptor_limit": .string(descriptorLimit.map(String.init) ?? "unlimited"),
+                "descriptors_needed": .stringConvertible(ConnectionLimitSizing.descriptorsNeeded(connectionLimit: chosen)),
+            ])
+        }
+        return chosen
     }
 
     /// Binds the listener; returns the bound port.

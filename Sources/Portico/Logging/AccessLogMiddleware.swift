@@ -1,5 +1,6 @@
 import HTTPTypes
 import Logging
+import MicroHTTPD
 
 /// One structured line per request: who asked what, what came back, and how long it took.
 /// Placed outermost, it sees what inner middleware recorded in `context.stats`.
@@ -47,47 +48,82 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
     /// Logs the line for `outcome` and passes it on.
     private func logged(_ outcome: Result<GatewayResponse, any Error>, request: GatewayRequest, context: RequestContext,
                         start: ContinuousClock.Instant) throws -> GatewayResponse {
+        // HEAD answers carry no body, whatever the response holds.
+        let sendsBody = request.method != .head
         switch outcome {
         case .success(let response):
-            log(request, context: context, status: response.status.code, bytesOut: response.body.count ?? 0,
-                error: nil, start: start)
+            log(request, context: context, status: response.status.code,
+                bytesOut: sendsBody ? response.body.count ?? 0 : 0, error: nil, start: start)
             return response
-        case .failure(let error as GatewayError):
-            log(request, context: context, status: error.status.code, bytesOut: 0, error: error.kind.name, start: start)
-            throw error
         case .failure(let error):
-            log(request, context: context, status: 500, bytesOut: 0, error: GatewayError.Kind.internalError.name, start: start)
+            // What the gateway answers for it, as the client gets it (the JSON error body).
+            let answer = GatewayError.answering(error)
+            let bytesOut = sendsBody ? answer.response(requestID: context.requestID).body.count ?? 0 : 0
+            log(request, context: context, status: answer.status.code, bytesOut: bytesOut, error: answer.kind.name, start: start)
             throw error
         }
     }
 
     private func log(_ request: GatewayRequest, context: RequestContext, status: Int, bytesOut: Int,
                      error: String?, start: ContinuousClock.Instant) {
-        let stats = context.stats.snapshot
-        var metadata: Logger.Metadata = [
-            "request_id": .string(context.requestID),
-            "client": .string(request.clientAddress),
-            "method": .string(request.method.rawValue),
-            "path": .string(redactedTarget(request)),
-            "status": .stringConvertible(status),
-            "bytes_in": .stringConvertible(request.body.count ?? 0),
-            "bytes_out": .stringConvertible(bytesOut),
-            "duration_ms": .string(Self.milliseconds(start.duration(to: clock.now))),
-        ]
-        if let route = context.route { metadata["route"] = .string(route) }
-        if let upstream = context.upstream { metadata["upstream"] = .string(upstream) }
-        if stats.attempts > 0 {
-            metadata["upstream_ms"] = .string(Self.milliseconds(stats.upstreamDuration))
-            metadata["attempts"] = .stringConvertible(stats.attempts)
-            metadata["retries"] = .stringConvertible(max(0, stats.attempts - 1))
+        write(LineRequest(method: request.method.rawValue, target: request.target, client: request.clientAddress,
+                          bytesIn: request.body.count ?? 0, headerValues: { request.headerFields[values: $0] }),
+              requestID: context.requestID, route: context.route, upstream: context.upstream, stats: context.stats.snapshot,
+              status: status, bytesOut: bytesOut, error: error, duration: start.duration(to: clock.now))
+    }
+
+    /// The line for a request the gateway answered before any route's chain ran: refused as its
+    /// head was read (`431`, `413`, framing `400`), malformed (`400`), no route (`404`, `route`
+    /// empty), method not allowed (`405`), overloaded (`503`). `serverRequest` is what the
+    /// client sent, as received.
+    public func logAnswered(_ serverRequest: ServerRequest, requestID: String, route: String?, upstream: String?,
+                            response: GatewayResponse, error: String?, duration: Duration) {
+        let headerValues: (HTTPField.Name) -> [String] = { name in
+            serverRequest.headers.filter { $0.name.equalsIgnoringASCIICase(name.rawName) }.map(\.value)
         }
-        if let cache = stats.cacheStatus { metadata["cache"] = .string(cache) }
-        if let credential = stats.credential { metadata["credential"] = .string(credential) }
+        write(LineRequest(method: serverRequest.method, target: serverRequest.target, client: serverRequest.clientAddress,
+                          bytesIn: serverRequest.body.count, headerValues: headerValues),
+              requestID: requestID, route: route ?? "", upstream: upstream, stats: nil, status: response.status.code,
+              bytesOut: serverRequest.method == "HEAD" ? 0 : response.body.count ?? 0, error: error, duration: duration)
+    }
+
+    /// What a line says about the request itself.
+    private struct LineRequest {
+        var method: String
+        var target: String
+        var client: String
+        var bytesIn: Int
+        var headerValues: (HTTPField.Name) -> [String]
+    }
+
+    private func write(_ request: LineRequest, requestID: String, route: String?, upstream: String?,
+                       stats: RequestStats.Values?, status: Int, bytesOut: Int, error: String?, duration: Duration) {
+        var metadata: Logger.Metadata = [
+            "request_id": .string(requestID),
+            "client": .string(request.client),
+            "method": .string(request.method),
+            "path": .string(redactedTarget(request.target)),
+            "status": .stringConvertible(status),
+            "bytes_in": .stringConvertible(request.bytesIn),
+            "bytes_out": .stringConvertible(bytesOut),
+            "duration_ms": .string(Self.milliseconds(duration)),
+        ]
+        if let route { metadata["route"] = .string(route) }
+        if let upstream { metadata["upstream"] = .string(upstream) }
+        if let stats {
+            if stats.attempts > 0 {
+                metadata["upstream_ms"] = .string(Self.milliseconds(stats.upstreamDuration))
+                metadata["attempts"] = .stringConvertible(stats.attempts)
+                metadata["retries"] = .stringConvertible(max(0, stats.attempts - 1))
+            }
+            if let cache = stats.cacheStatus { metadata["cache"] = .string(cache) }
+            if let credential = stats.credential { metadata["credential"] = .string(credential) }
+            for (key, value) in stats.extra { metadata[key] = .string(value) }
+        }
         if let error { metadata["error"] = .string(error) }
-        for (key, value) in stats.extra { metadata[key] = .string(value) }
         for name in settings.includeHeaders {
             guard let fieldName = HTTPField.Name(name) else { continue }
-            let values = request.headerFields[values: fieldName]
+            let values = request.headerValues(fieldName)
             guard !values.isEmpty else { continue }
             let key = "header_" + name.lowercased().replacingOccurrences(of: "-", with: "_")
             metadata[key] = .string(redactHeaders.contains(name.lowercased()) ? "[REDACTED]" : values.joined(separator: ", "))
@@ -96,13 +132,14 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
     }
 
     /// The target with configured query parameters' values replaced.
-    func redactedTarget(_ request: GatewayRequest) -> String {
-        guard let query = request.query, !redactQuery.isEmpty else { return request.target }
+    func redactedTarget(_ target: String) -> String {
+        guard !redactQuery.isEmpty, let mark = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return target }
+        let query = target[target.utf8.index(after: mark)...]
         let parts = query.split(separator: "&", omittingEmptySubsequences: false).map { pair -> Substring in
             let name = pair.split(separator: "=", maxSplits: 1).first ?? pair
             return redactQuery.contains(String(name)) ? name + "=[REDACTED]" : pair
         }
-        return String(request.path) + "?" + parts.joined(separator: "&")
+        return String(target[..<mark]) + "?" + parts.joined(separator: "&")
     }
 
     static func milliseconds(_ duration: Duration) -> String {

@@ -14,9 +14,13 @@ public struct Route: Sendable {
     public var inFlight: InFlightLimit?
     /// The route's middleware around its endpoint.
     public var responder: any Responder
+    /// The outermost `access_log` of the route's chain: it also logs the requests the gateway
+    /// refuses for this route before the chain runs (its `max_in_flight`).
+    public var accessLog: AccessLogMiddleware?
 
     public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
-                timeout: Duration? = nil, inFlight: InFlightLimit? = nil, responder: any Responder) {
+                timeout: Duration? = nil, inFlight: InFlightLimit? = nil, responder: any Responder,
+                accessLog: AccessLogMiddleware? = nil) {
         self.name = name
         self.matcher = matcher
         self.stripPrefix = stripPrefix
@@ -24,6 +28,7 @@ public struct Route: Sendable {
         self.timeout = timeout
         self.inFlight = inFlight
         self.responder = responder
+        self.accessLog = accessLog
     }
 
     /// The target sent upstream: the client's, less the matched prefix when `strip_prefix` is set.

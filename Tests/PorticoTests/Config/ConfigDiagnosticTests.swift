@@ -323,9 +323,33 @@ struct ConfigDiagnosticTests {
 
     @Test("no routes: absent, empty, or an empty file")
     func noRoutes() {
-        #expect(diagnostics("listen: {}\n") == ["portico.yaml routes: no routes defined"])
+        // Every message has a line: an absent section is a missing key of the file's top mapping.
+        #expect(diagnostics("listen: {}\n") == [#"portico.yaml:1: missing required key "routes""#])
+        #expect(diagnostics("# comment\nlisten: {}\n") == [#"portico.yaml:2: missing required key "routes""#])
         #expect(diagnostics("listen: {}\nroutes: []\n") == ["portico.yaml:2 routes: no routes defined"])
-        #expect(diagnostics("") == ["portico.yaml routes: no routes defined"])
+        #expect(diagnostics("listen: {}\nroutes:\n") == ["portico.yaml:2 routes: no routes defined"])
+        #expect(diagnostics("") == [#"portico.yaml:1: the file is empty: missing required key "routes""#])
+        #expect(diagnostics("# only a comment\n") == [#"portico.yaml:1: the file is empty: missing required key "routes""#])
+    }
+
+    @Test("a missing key is reported at the line of the key holding the mapping, not at its first child")
+    func missingKeyLine() {
+        #expect(diagnostics("""
+            upstreams:
+              orders:
+                timeout: 1s
+            routes:
+              - match: { path: /a }
+                direct: {}
+              - name: b
+                direct: {}
+                match:
+                  methods: [GET]
+            """) == [
+            #"portico.yaml:2 upstreams.orders: missing required key "url""#,
+            #"portico.yaml:5 routes[0]: missing required key "name""#,
+            "portico.yaml:9 routes[1].match: needs at least one of path, path_prefix, host",
+        ])
     }
 
     @Test("null for a required value and for a section")
@@ -350,11 +374,34 @@ struct ConfigDiagnosticTests {
             admin: { port: 9000 }
             \(minimalRoute)
             """) == ["portico.yaml:2 admin.port: port 9000 is already used by listen.port"])
+        // admin.port left at its default: the line of listen.port, not a message without one.
+        #expect(diagnostics("""
+            listen: { port: 9901 }
+            \(minimalRoute)
+            """) == ["portico.yaml:1 listen.port: port 9901 is also the admin listener's default (admin.port): set another admin.port"])
         #expect(diagnostics("""
             listen: { port: 9000 }
             admin: { port: 9000, enabled: false }
             \(minimalRoute)
             """) == [])
+    }
+
+    @Test("portico check's summary counts in singular and plural")
+    func summary() throws {
+        let one = try ConfigLoader.load(yaml: """
+            upstreams: { u: { url: "http://u" } }
+            credentials: { c: { type: static, value: v } }
+            middleware: { log: { type: access_log } }
+            \(minimalRoute)
+            """, environment: [:])
+        #expect(one.summary == "1 route, 1 upstream, 1 middleware, 1 credential")
+        var two = one
+        two.routes += one.routes
+        two.upstreams["v"] = one.upstreams["u"]
+        two.credentials["d"] = one.credentials["c"]
+        two.middleware["log2"] = one.middleware["log"]
+        #expect(two.summary == "2 routes, 2 upstreams, 2 middleware, 2 credentials")
+        #expect(PorticoConfig().summary == "0 routes, 0 upstreams, 0 middleware, 0 credentials")
     }
 
     @Test("all problems are reported at once, in file order")

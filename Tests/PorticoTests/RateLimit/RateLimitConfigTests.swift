@@ -39,7 +39,7 @@ struct RateLimitConfigTests {
     @Test("rate is required")
     func rateRequired() {
         #expect(diagnostics("middleware:\n  l:\n    type: rate_limit\n    burst: 3\n" + minimalRoute)
-            == ["portico.yaml:3 middleware.l: missing required key \"rate\""])
+            == ["portico.yaml:2 middleware.l: missing required key \"rate\""])
     }
 
     @Test("invalid values", arguments: [

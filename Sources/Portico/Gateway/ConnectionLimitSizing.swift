@@ -1,0 +1,32 @@
+/// How many client connections the listener takes when `listen.connection_limit` is not set:
+/// as many as the process's descriptor limit allows, up to 10 000.
+///
+/// Each client connection holds two descriptors (libmicrohttpd's socket and the duplicate the
+/// slow-client timer shuts down), and 1024 more are kept for upstream connections and files:
+/// the same sum the listener raises its soft limit to, and warns about when the hard limit is
+/// short. A default sized here never makes it warn (unless the hard limit is under
+/// `2 × minimumDefault + 1024`); an explicit setting is taken as written, warning and all.
+public enum ConnectionLimitSizing {
+    /// The default where descriptors are plentiful (or unlimited).
+    public static let defaultLimit = 10_000
+    /// The default is never sized below this.
+    public static let minimumDefault = 64
+    /// Descriptors kept for everything but client connections.
+    public static let reserve = 1024
+
+    /// The connection limit for `configured` (`listen.connection_limit`, `nil` when not set)
+    /// under the hard descriptor limit `descriptorLimit` (`nil` when unknown or unlimited).
+    public static func connectionLimit(configured: Int?, descriptorLimit: UInt64?) -> Int {
+        if let configured { return configured }
+        guard let descriptorLimit, descriptorLimit > UInt64(reserve) else {
+            return descriptorLimit == nil ? defaultLimit : minimumDefault
+        }
+        let fitting = (descriptorLimit - UInt64(reserve)) / 2
+        return max(minimumDefault, Int(clamping: min(fitting, UInt64(defaultLimit))))
+    }
+
+    /// Descriptors `connectionLimit` connections need.
+    public static func descriptorsNeeded(connectionLimit: Int) -> Int {
+        2 * max(1, connectionLimit) + reserve
+    }
+}

@@ -1,0 +1,195 @@
+import Foundation
+import Portico
+
+/// What `portico demo` runs: an identity provider with short-lived tokens, the demo upstream,
+/// the embedded configuration in front of them, and the lines it prints to try. Here rather
+/// than in the command so the tests run the very same configuration and lines.
+public final class DemoSetup: Sendable {
+    public let idp: TestTokenEndpoint
+    public let upstream: DemoUpstream
+    public let upstreamPort: Int
+    private let clientSecret: String
+
+    /// Starts the identity provider and the upstream on free loopback ports.
+    public init() throws {
+        // Short-lived tokens, so refreshes show in the log; the upstream only accepts current
+        // ones on /secure.
+        var idpSettings = TestTokenEndpoint.Configuration()
+        idpSettings.clientSecret = "demo-client-secret"
+        idpSettings.expiresIn = 30
+        let idp = try TestTokenEndpoint(idpSettings)
+        self.idp = idp
+        clientSecret = idpSettings.clientSecret
+        upstream = DemoUpstream(authorizes: { idp.authorizes($0) })
+        upstreamPort = try upstream.start()
+    }
+
+    public func stop() async {
+        await upstream.stop()
+        await idp.stop()
+    }
+
+    /// The embedded configuration for a gateway on `port` with its admin listener on `adminPort`.
+    public func config(port: Int, adminPort: Int,
+                       environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigError) -> PorticoConfig {
+        var environment = environment
+        environment["DEMO_PORT"] = String(port)
+        environment["DEMO_UPSTREAM_PORT"] = String(upstreamPort)
+        environment["DEMO_ADMIN_PORT"] = String(adminPort)
+        environment["DEMO_TOKEN_URL"] = idp.url.absoluteString
+        environment["DEMO_CLIENT_SECRET"] = clientSecret
+        return try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
+    }
+
+    /// The embedded configuration. It goes through the same loader as a file, with the ports
+    /// and the identity provider interpolated from the environment.
+    ///
+    /// Rate limiting has a route of its own (`/limited`), keyed by a header each printed run
+    /// sets afresh: no other line ever meets a 429, and the limit line shows its 10 and then
+    /// 429s however often the lines are pasted.
+    public static let yaml = """
+    # portico demo: a gateway in front of an in-process orders API.
+    listen:
+      address: 127.0.0.1
+      port: ${DEMO_PORT}
+      request_timeout: 10s
+    admin:
+      address: 127.0.0.1
+      port: ${DEMO_ADMIN_PORT}
+    logging:
+      level: info
+      format: logfmt
+    upstreams:
+      orders:
+        url: http://127.0.0.1:${DEMO_UPSTREAM_PORT}
+        transport: urlsession
+        timeout: 5s
+      orders-nio:
+        url: http://127.0.0.1:${DEMO_UPSTREAM_PORT}
+        transport: nio
+    credentials:
+      demo-idp:
+        type: oauth2_client_credentials
+        token_url: ${DEMO_TOKEN_URL}
+        client_id: portico
+        client_secret: ${DEMO_CLIENT_SECRET}
+        scope: reports.read
+        refresh_before_expiry: 10s
+    middleware:
+      log:
+        type: access_log
+        redact_query: [token]
+      limit:
+        type: rate_limit
+        key: header:X-Demo-Run
+        rate: 10/m
+        burst: 10
+      retry:
+        type: retry
+        attempts: 3
+        backoff: { base: 25ms, cap: 250ms }
+      auth:
+        type: auth
+        credential: demo-idp
+      gzip:
+        type: compress
+      cache:
+        type: cache
+        max_bytes: 16MiB
+    defaults:
+      middleware: [log, retry]
+    routes:
+      - name: ping
+        match: { path: /ping }
+        direct: { status: 200, body: "pong\\n", headers: { content-type: text/plain } }
+      - name: limited
+        match: { path: /limited }
+        direct: { status: 200, body: "ok\\n", headers: { content-type: text/plain } }
+        middleware: [log, limit]
+      - name: orders
+        match: { path_prefix: /orders }
+        upstream: orders
+      - name: echo
+        match: { path_prefix: /echo }
+        upstream: orders
+      - name: reports
+        match: { path_prefix: /secure }
+        upstream: orders
+        middleware: [log, retry, auth]
+      - name: catalog
+        match: { path: /catalog }
+        upstream: orders-nio
+        middleware: [log, gzip, cache]
+      - name: flaky
+        match: { path: /flaky }
+        upstream: orders
+      - name: fast
+        match: { path_prefix: /fast/ }
+        upstream: orders-nio
+        strip_prefix: true
+    """
+
+    /// One line the demo prints: a shell command that can be pasted as it is, again and again.
+    public struct Line: Sendable {
+        /// Printed as a `#` comment above the command.
+        public var note: String?
+        public var command: String
+        /// A regular expression the command's whole output matches, however often it runs (for tests).
+        public var expected: String
+        /// Whether it asks the admin listener (which the tests do not start).
+        public var usesAdmin = false
+    }
+
+    /// The lines to try against a gateway on `port` and an admin listener on `adminPort`.
+    public static func lines(port: Int, adminPort: Int) -> [Line] {
+        let base = "http://127.0.0.1:\(port)"
+        let ok = #"HTTP/1\.1 200 OK\r\n[\s\S]*\r\n\r\n"#
+        return [
+            Line(command: "curl -i \(base)/ping", expected: ok + #"pong\n"#),
+            Line(command: "curl -i \(base)/orders", expected: ok + #"\{"orders":\[.*\]\}\n"#),
+            Line(command: "curl -i \(base)/orders/2", expected: ok + #"\{"id":2,.*\}\n"#),
+            Line(command: #"curl -i -X POST --data '{"item":"gadget"}' \#(base)/orders"#,
+                 expected: #"HTTP/1\.1 201 Created\r\n[\s\S]*\r\n\r\n\{"id":4,"received_bytes":17\}\n"#),
+            Line(note: "the token is redacted in the access log",
+                 command: "curl -i '\(base)/echo/anything?token=secret&page=2'",
+                 expected: ok + #"\{.*"target":"\\?/echo\\?/anything\?token=secret&page=2".*\}\n"#),
+            Line(note: "the same upstream over the NIO transport", command: "curl -i \(base)/fast/orders/1",
+                 expected: ok + #"\{"id":1,.*\}\n"#),
+            Line(note: "a bearer token injected; refreshed every ~20 s", command: "curl -i \(base)/secure/report",
+                 expected: ok + #"\{.*"secret_report".*\}\n"#),
+            Line(note: "the upstream answers 503 twice, the retry hides it: the client sees 200",
+                 command: "curl -i \(base)/flaky", expected: ok + #"\{.*"ok":true.*\}\n"#),
+            Line(note: "run it twice: the second is a hit, served once upstream",
+                 command: "curl -si \(base)/catalog | grep -iE 'cache-status|x-upstream-served'",
+                 expected: #"(?i)(cache-status: portico; [^\r\n]*\r\n|x-upstream-served: \d+\r\n){2}"#),
+            Line(note: "gzip on the fly",
+                 command: #"curl -s -H 'Accept-Encoding: gzip' -o /dev/null -w '%{size_download} bytes\n' \#(base)/catalog"#,
+                 expected: #"\d{3} bytes\n"#),
+            Line(note: "rate limit: 10 at once, then 429; each run keys its own bucket (X-Demo-Run)",
+                 command: #"run=$(date +%s%N); for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' -H "X-Demo-Run: $run" \#(base)/limited; done; echo"#,
+                 expected: "(200 ){10}(429 ){5}\n"),
+            Line(note: "a JSON 404 with a request id", command: "curl -i \(base)/nowhere",
+                 expected: #"HTTP/1\.1 404 Not Found\r\n[\s\S]*\r\n\r\n\{"error":"not_found",.*"request_id":".+"\}\n"#),
+            Line(note: "every request above, counted by route, method and status",
+                 command: "curl -s http://127.0.0.1:\(adminPort)/metrics | grep portico_requests_total",
+                 expected: #"[\s\S]*portico_requests_total[\s\S]*"#, usesAdmin: true),
+        ]
+    }
+
+    /// What `portico demo` prints once it serves.
+    public static func banner(port: Int, adminPort: Int, upstreamPort: Int) -> String {
+        var text = """
+
+        Portico demo: gateway on http://127.0.0.1:\(port), demo upstream on 127.0.0.1:\(upstreamPort), \
+        admin on http://127.0.0.1:\(adminPort).
+        Try these (paste them as they are, as often as you like):
+
+        """
+        for line in lines(port: port, adminPort: adminPort) {
+            if let note = line.note { text += "  # \(note)\n" }
+            text += "  \(line.command)\n"
+        }
+        text += "Ctrl-C drains and stops.\n\n"
+        return text
+    }
+}
