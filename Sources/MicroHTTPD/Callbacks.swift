@@ -86,19 +86,17 @@ let mhdLogSink: portico_log_sink = { cls, message in
     server(cls).libraryLog(text)
 }
 
+/// MHD's access handler, called for each step of a request: the head is in, a body chunk, the
+/// request is complete, and after a resume, the answer is ready. Each step is one method of
+/// `AccessCall`.
 let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, _ in
     guard let connection, let uploadDataSize else { return portico_no }
     let core = server(cls)
     guard let context = connectionContext(connection) else { return portico_no }
-    let methodName = method.map { String(cString: $0) } ?? "GET"
 
-    // Resumed: the handler has answered.
     if let pending = context.pending, let response = pending.response {
-        core.released(context)
-        return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
-                     draining: core.isDraining)
+        return answerResumed(response, pending: pending, context: context, connection: connection, core: core)
     }
-
     let request: RequestInProgress
     if let current = context.request {
         request = current
@@ -107,109 +105,121 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
         request = RequestInProgress(target: url.map { String(cString: $0) } ?? "/", startedAt: .now)
         context.request = request
     }
-    let limits = core.configuration
+    let call = AccessCall(core: core, context: context, connection: connection, request: request,
+                          method: method.map { String(cString: $0) } ?? "GET", versionText: version)
+    if !request.headersSeen { return call.headReceived() }
+    if uploadDataSize.pointee > 0 { return call.bodyChunk(uploadData, size: uploadDataSize) }
+    return call.requestComplete()
+}
 
-    // First call: the head is complete.
-    if !request.headersSeen {
+/// Resumed: the handler has answered; queue its response.
+private func answerResumed(_ response: ServerResponse, pending: PendingResponse, context: ConnectionContext,
+                           connection: OpaquePointer, core: ServerCore) -> MHD_Result {
+    core.released(context)
+    return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
+                 draining: core.isDraining)
+}
+
+/// One call of the access handler for a request being read, on the connection's own thread.
+private struct AccessCall {
+    let core: ServerCore
+    let context: ConnectionContext
+    let connection: OpaquePointer
+    let request: RequestInProgress
+    let method: String
+    let versionText: UnsafePointer<CChar>?
+
+    var limits: ServerConfiguration { core.configuration }
+    var version: String { versionText.map { String(cString: $0) } ?? "HTTP/1.1" }
+    var deadline: ContinuousClock.Instant { request.startedAt.advanced(by: limits.requestTimeout) }
+
+    /// First call: the head is complete. Checks it before any body byte is read; a refusal
+    /// closes the connection.
+    func headReceived() -> MHD_Result {
         request.headersSeen = true
-        context.timer.arm(.body, until: request.startedAt + limits.requestTimeout)
+        context.timer.arm(.body, until: deadline)
         let collector = HeaderCollector()
-        MHD_get_connection_values_n(connection, portico_header_kind, collectHeader,
-                                    Unmanaged.passUnretained(collector).toOpaque())
+        MHD_get_connection_values_n(connection, portico_header_kind, collectHeader, Unmanaged.passUnretained(collector).toOpaque())
         request.headers = collector.headers
-        request.headBytes = methodName.utf8.count + request.target.utf8.count + 12 + collector.bytes
+        request.headBytes = method.utf8.count + request.target.utf8.count + 12 + collector.bytes
         if request.headBytes > limits.maxHeaderBytes {
-            return queue(refuse(.headTooLarge(limit: limits.maxHeaderBytes), request: request, method: methodName,
-                                version: version, context: context, limits: limits),
-                         on: connection, isHead: false, draining: true)
+            return refuse(.headTooLarge(limit: limits.maxHeaderBytes))
         }
-        if let refusal = RequestHeadRules.problem(version: version.map { String(cString: $0) } ?? "HTTP/1.1",
-                                                  target: request.target, headers: request.headers) {
-            return queue(refuse(refusal, request: request, method: methodName, version: version, context: context,
-                                limits: limits),
-                         on: connection, isHead: false, draining: true)
+        if let refusal = RequestHeadRules.problem(version: version, target: request.target, headers: request.headers) {
+            return refuse(refusal)
         }
         if let length = request.headers.first(where: { $0.name.isFieldName("content-length") })?.value,
            let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
-            // Answer before reading the body; libmicrohttpd closes the connection afterwards.
-            return queue(refuse(.bodyTooLarge(limit: limits.maxBodyBytes), request: request, method: methodName,
-                                version: version, context: context, limits: limits),
-                         on: connection, isHead: false, draining: true)
+            // Answered before the body is read; libmicrohttpd closes the connection afterwards.
+            return refuse(.bodyTooLarge(limit: limits.maxBodyBytes))
         }
         return portico_yes
     }
 
-    // Body chunks.
-    if uploadDataSize.pointee > 0 {
-        let size = uploadDataSize.pointee
-        if request.body.count + size > limits.maxBodyBytes {
+    /// A chunk of the body: buffered up to `maxBodyBytes`.
+    func bodyChunk(_ data: UnsafePointer<CChar>?, size: UnsafeMutablePointer<Int>) -> MHD_Result {
+        let count = size.pointee
+        if request.body.count + count > limits.maxBodyBytes {
             // A chunked body over the limit: stop reading and close; nothing more is buffered.
             request.body = []
             core.log("request body over \(limits.maxBodyBytes) bytes: closing the connection")
             return portico_no
         }
-        if let uploadData {
-            uploadData.withMemoryRebound(to: UInt8.self, capacity: size) { bytes in
-                request.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: size))
+        if let data {
+            data.withMemoryRebound(to: UInt8.self, capacity: count) { bytes in
+                request.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: count))
             }
         }
-        uploadDataSize.pointee = 0
+        size.pointee = 0
         return portico_yes
     }
 
-    // The request is complete: suspend and hand it to a task.
-    let serverRequest = ServerRequest(
-        method: methodName,
-        target: request.target,
-        version: version.map { String(cString: $0) } ?? "HTTP/1.1",
-        headers: request.headers,
-        clientAddress: context.clientAddress,
-        body: request.body,
-        deadline: request.startedAt.advanced(by: limits.requestTimeout)
-    )
-    request.body = []
-    // Counted as suspended before it is: `stop` must never find none while one is being
-    // suspended. Admitted before the handler runs, so work it returns is always run.
-    guard core.admit() else {
-        // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
-        return queue(limits.refusalResponse(.shuttingDown, nil, nil),
-                     on: connection, isHead: methodName == "HEAD", draining: true)
+    /// The request is complete: answered at once, or the connection is suspended while a task
+    /// runs the handler's work.
+    func requestComplete() -> MHD_Result {
+        let isHead = method == "HEAD"
+        let serverRequest = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
+                                          clientAddress: context.clientAddress, body: request.body, deadline: deadline)
+        request.body = []
+        // Counted as suspended before it is: `stop` must never find none while one is being
+        // suspended. Admitted before the handler runs, so work it returns is always run.
+        guard core.admit() else {
+            // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
+            return queue(limits.refusalResponse(.shuttingDown, nil, nil), on: connection, isHead: isHead, draining: true)
+        }
+        let work: @Sendable () async -> ServerResponse
+        let requestID: String?
+        switch core.answering(serverRequest) {
+        case .now(let response):
+            core.withdraw()
+            return queue(fitted(response, after: request, core: core), on: connection, isHead: isHead,
+                         draining: core.isDraining)
+        case .later(let later, let id):
+            work = later
+            requestID = id
+        }
+        let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
+                                      isHead: isHead, requestID: requestID) { [weak core] pending in
+            core?.completed(pending)
+        }
+        context.pending = pending
+        context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
+        MHD_suspend_connection(connection)
+        core.register(pending)
+        let task = Task {
+            let response = await work()
+            pending.complete(response)
+        }
+        pending.attach(task)
+        return portico_yes
     }
-    let work: @Sendable () async -> ServerResponse
-    let requestID: String?
-    switch core.answering(serverRequest) {
-    case .now(let response):
-        core.withdraw()
-        return queue(fitted(response, after: request, core: core), on: connection, isHead: methodName == "HEAD",
-                     draining: core.isDraining)
-    case .later(let later, let id):
-        work = later
-        requestID = id
-    }
-    let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
-                                  isHead: methodName == "HEAD", requestID: requestID) { [weak core] pending in
-        core?.completed(pending)
-    }
-    context.pending = pending
-    context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
-    MHD_suspend_connection(connection)
-    core.register(pending)
-    let task = Task {
-        let response = await work()
-        pending.complete(response)
-    }
-    pending.attach(task)
-    return portico_yes
-}
 
-/// The answer to a request refused once its head is read, given to the renderer with the head as received.
-private func refuse(_ refusal: ServerRefusal, request: RequestInProgress, method: String,
-                    version: UnsafePointer<CChar>?, context: ConnectionContext, limits: ServerConfiguration) -> ServerResponse {
-    let received = ServerRequest(method: method, target: request.target,
-                                 version: version.map { String(cString: $0) } ?? "HTTP/1.1",
-                                 headers: request.headers, clientAddress: context.clientAddress,
-                                 deadline: request.startedAt.advanced(by: limits.requestTimeout))
-    return limits.refusalResponse(refusal, received, nil)
+    /// Answers a request refused once its head is read, giving the renderer the head as received.
+    private func refuse(_ refusal: ServerRefusal) -> MHD_Result {
+        let received = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
+                                     clientAddress: context.clientAddress, deadline: deadline)
+        return queue(limits.refusalResponse(refusal, received, nil), on: connection, isHead: false, draining: true)
+    }
 }
 
 /// Collects request headers in order, duplicates kept.
