@@ -68,7 +68,7 @@ let package = Package(
             name: "PorticoCommand",
             dependencies: [
                 "Portico",
-                "PorticoTesting",
+                "PorticoDemo",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -82,10 +82,17 @@ let package = Package(
             dependencies: ["Portico", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict
         ),
+        // `portico demo`'s upstream and IdP: shipped in the binary, so kept apart from the test fixtures.
+        .target(
+            name: "PorticoDemo",
+            dependencies: ["Portico", "MicroHTTPD"],
+            swiftSettings: strict
+        ),
         .target(
             name: "PorticoTesting",
             dependencies: [
                 "Portico",
+                "PorticoDemo",
                 "MicroHTTPD",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Portico
-import PorticoTesting
+import PorticoDemo
 
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

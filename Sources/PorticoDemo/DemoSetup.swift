@@ -5,7 +5,7 @@ import Portico
 /// the embedded configuration in front of them, and the lines it prints to try. Here rather
 /// than in the command so the tests run the very same configuration and lines.
 public final class DemoSetup: Sendable {
-    public let idp: TestTokenEndpoint
+    public let idp: TokenEndpointServer
     public let upstream: DemoUpstream
     public let upstreamPort: Int
     private let clientSecret: String
@@ -14,10 +14,10 @@ public final class DemoSetup: Sendable {
     public init() throws {
         // Short-lived tokens, so refreshes show in the log; the upstream only accepts current
         // ones on /secure.
-        var idpSettings = TestTokenEndpoint.Configuration()
+        var idpSettings = TokenEndpointServer.Configuration()
         idpSettings.clientSecret = "demo-client-secret"
         idpSettings.expiresIn = 30
-        let idp = try TestTokenEndpoint(idpSettings)
+        let idp = try TokenEndpointServer(idpSettings)
         self.idp = idp
         clientSecret = idpSettings.clientSecret
         upstream = DemoUpstream(authorizes: { idp.authorizes($0) })
