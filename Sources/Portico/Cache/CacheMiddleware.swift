@@ -209,17 +209,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
                          directives: RequestDirectives, context: RequestContext,
                          next: NextHandler) async throws -> Fetched {
         let clock = context.clock
-        var upstreamRequest = request
-        // The client's validators are answered here, against the full response, so that the
-        // response can be stored; the stored response's validators go upstream instead.
-        upstreamRequest.headerFields[values: .ifNoneMatch] = []
-        upstreamRequest.headerFields[values: .ifModifiedSince] = []
-        let validating = stored?.hasValidators ?? false
-        if let stored, validating {
-            if let etag = stored.etag { upstreamRequest.headerFields[.ifNoneMatch] = etag }
-            if let lastModified = stored.lastModified { upstreamRequest.headerFields[.ifModifiedSince] = lastModified }
-        }
-
+        let (upstreamRequest, validating) = Self.conditionalRequest(for: request, validating: stored)
         let requestTime = clock.wallNow
         let response: GatewayResponse
         do {
@@ -227,48 +217,20 @@ public struct CacheMiddleware: ImmediateMiddleware {
         } catch is CancellationError {
             throw CancellationError()
         } catch {
-            if validating { metrics.revalidated(.failed) }
-            if let stored, policy.canServeStaleOnError(stored, for: directives, at: clock.now) {
-                return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason, upstreamStatus: nil))
-            }
-            if !validating { metrics.misses.increment() }
-            let status = CacheStatus(.miss, forward: reason)
-            guard var gatewayError = error as? GatewayError else {
-                context.stats.update { $0.cacheStatus = status.outcome.rawValue }
-                throw error
-            }
-            record(status, in: &gatewayError.headerFields, context: context)
-            throw gatewayError
+            return try failed(error, request: request, stored: stored, validating: validating, reason: reason,
+                              directives: directives, context: context)
         }
-        let responseTime = clock.wallNow
-        let now = clock.now
+        let exchange = Exchange(request: request, key: key, reason: reason, directives: directives, context: context,
+                                requestTime: requestTime, responseTime: clock.wallNow, now: clock.now)
 
         if response.status == .notModified, validating, let stored {
-            let governing = policy.directives(of: response.headerFields).directives
-            let excluded = governing.fieldNames(.private) ?? []
-            if let updated = policy.freshen(stored, with: response, requestTime: requestTime, responseTime: responseTime,
-                                            now: now, excludingFields: excluded) {
-                metrics.revalidated(.notModified)
-                // The upstream forbidding storage drops the entry; a client's no-store only
-                // keeps this exchange out of the cache.
-                let upstreamNoStore = governing.contains(.noStore)
-                let keep = !directives.noStore && !upstreamNoStore
-                if keep {
-                    metrics.record(store.insert(updated))
-                } else if upstreamNoStore {
-                    metrics.record(store.removeAll(for: key))
-                }
-                let status = CacheStatus(.revalidated, forward: reason, forwardStatus: 304,
-                                         ttl: updated.ttlSeconds(at: now), stored: keep)
-                return Fetched(response: serve(updated, to: request, context: context, validated: true, status: status),
-                               stored: keep ? updated : nil)
-            }
+            if let merged = merge(notModified: response, into: stored, exchange) { return merged }
             // The 304 describes another response than the stored one: ask again, unconditionally.
             return try await forward(request, key: key, stored: nil, reason: reason, directives: directives,
                                      context: context, next: next)
         }
         if let stored, CachePolicy.isServerError(response.status),
-           policy.canServeStaleOnError(stored, for: directives, at: now) {
+           policy.canServeStaleOnError(stored, for: directives, at: exchange.now) {
             if validating { metrics.revalidated(.failed) }
             return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason,
                                                        upstreamStatus: response.status.code))
@@ -278,29 +240,103 @@ public struct CacheMiddleware: ImmediateMiddleware {
         } else {
             metrics.misses.increment()
         }
+        return storeAndAnswer(response, replacing: stored, exchange)
+    }
 
-        var status = CacheStatus(.miss, forward: reason, forwardStatus: response.status.code)
-        var entry = makeEntry(request: request, response: response, key: key, directives: directives,
-                              requestTime: requestTime, responseTime: responseTime, now: now)
+    /// What the steps of one upstream exchange share.
+    private struct Exchange {
+        var request: GatewayRequest
+        var key: String
+        var reason: CacheStatus.Forward
+        var directives: RequestDirectives
+        var context: RequestContext
+        var requestTime: Date
+        var responseTime: Date
+        var now: ContinuousClock.Instant
+    }
+
+    /// The request sent upstream: the client's own validators are answered here, against the
+    /// full response, so that it can be stored; the stored response's validators go instead.
+    private static func conditionalRequest(for request: GatewayRequest,
+                                           validating stored: CacheEntry?) -> (GatewayRequest, validating: Bool) {
+        var upstreamRequest = request
+        upstreamRequest.headerFields[values: .ifNoneMatch] = []
+        upstreamRequest.headerFields[values: .ifModifiedSince] = []
+        guard let stored, stored.hasValidators else { return (upstreamRequest, false) }
+        if let etag = stored.etag { upstreamRequest.headerFields[.ifNoneMatch] = etag }
+        if let lastModified = stored.lastModified { upstreamRequest.headerFields[.ifModifiedSince] = lastModified }
+        return (upstreamRequest, true)
+    }
+
+    /// The upstream failed: the stored response where `stale-if-error` allows, else the error,
+    /// with the cache status recorded on it.
+    private func failed(_ error: any Error, request: GatewayRequest, stored: CacheEntry?, validating: Bool,
+                        reason: CacheStatus.Forward, directives: RequestDirectives,
+                        context: RequestContext) throws -> Fetched {
+        if validating { metrics.revalidated(.failed) }
+        if let stored, policy.canServeStaleOnError(stored, for: directives, at: context.clock.now) {
+            return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason, upstreamStatus: nil))
+        }
+        if !validating { metrics.misses.increment() }
+        let status = CacheStatus(.miss, forward: reason)
+        guard var gatewayError = error as? GatewayError else {
+            context.stats.update { $0.cacheStatus = status.outcome.rawValue }
+            throw error
+        }
+        record(status, in: &gatewayError.headerFields, context: context)
+        throw gatewayError
+    }
+
+    /// A 304 to a revalidation, merged into the stored response (RFC 9111 §4.3.4); `nil` when it
+    /// describes another response than the stored one.
+    private func merge(notModified response: GatewayResponse, into stored: CacheEntry, _ exchange: Exchange) -> Fetched? {
+        let governing = policy.directives(of: response.headerFields).directives
+        let excluded = governing.fieldNames(.private) ?? []
+        guard let updated = policy.freshen(stored, with: response, requestTime: exchange.requestTime,
+                                           responseTime: exchange.responseTime, now: exchange.now,
+                                           excludingFields: excluded) else { return nil }
+        metrics.revalidated(.notModified)
+        // The upstream forbidding storage drops the entry; a client's no-store only keeps this
+        // exchange out of the cache.
+        let upstreamNoStore = governing.contains(.noStore)
+        let keep = !exchange.directives.noStore && !upstreamNoStore
+        if keep {
+            metrics.record(store.insert(updated))
+        } else if upstreamNoStore {
+            metrics.record(store.removeAll(for: exchange.key))
+        }
+        let status = CacheStatus(.revalidated, forward: exchange.reason, forwardStatus: 304,
+                                 ttl: updated.ttlSeconds(at: exchange.now), stored: keep)
+        return Fetched(response: serve(updated, to: exchange.request, context: exchange.context, validated: true, status: status),
+                       stored: keep ? updated : nil)
+    }
+
+    /// A full response: stored when it may be, and answered (a 304 when the client's own
+    /// validators match it).
+    private func storeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Exchange) -> Fetched {
+        var status = CacheStatus(.miss, forward: exchange.reason, forwardStatus: response.status.code)
+        var entry = makeEntry(request: exchange.request, response: response, key: exchange.key, directives: exchange.directives,
+                              requestTime: exchange.requestTime, responseTime: exchange.responseTime, now: exchange.now)
         if let candidate = entry {
             let change = store.insert(candidate)
             metrics.record(change)
             if candidate.size <= config.maxBytes {
                 status.stored = true
-                status.ttl = candidate.ttlSeconds(at: now)
+                status.ttl = candidate.ttlSeconds(at: exchange.now)
             } else {
                 entry = nil
             }
         } else if stored != nil, response.status.code < 500 {
             // The upstream's current answer may not be stored: older variants must not outlive it.
-            metrics.record(store.removeAll(for: key))
+            metrics.record(store.removeAll(for: exchange.key))
         }
         var outgoing = response
-        if response.status == .ok, ConditionalRequest.isConditional(request.headerFields),
-           ConditionalRequest.isNotModified(request: request.headerFields, response: response.headerFields) {
+        let requestFields = exchange.request.headerFields
+        if response.status == .ok, ConditionalRequest.isConditional(requestFields),
+           ConditionalRequest.isNotModified(request: requestFields, response: response.headerFields) {
             outgoing = ConditionalRequest.notModified(from: response)
         }
-        record(status, in: &outgoing.headerFields, context: context)
+        record(status, in: &outgoing.headerFields, context: exchange.context)
         return Fetched(response: outgoing, stored: entry, uncacheable: entry == nil && response.status.code < 500)
     }
 
