@@ -3,12 +3,13 @@ import Portico
 import PorticoTesting
 import Testing
 
-/// The nio transport's pool of upstream connections.
+/// The nio transport's pools of upstream connections: AsyncHTTPClient's, and Portico's own
+/// for `server_name` (`nioServerName`).
 @Suite("Upstream connection pool (nio)")
 struct ConnectionPoolTests {
-    @Test("keep-alive: consecutive requests share one upstream connection")
-    func reuse() async throws {
-        try await Fixture.withUpstream(.nio) { upstream, client in
+    @Test("keep-alive: consecutive requests share one upstream connection", arguments: [Transport.nio, .nioServerName])
+    func reuse(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport) { upstream, client in
             for _ in 0..<5 {
                 let response = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
                 #expect(response.status == .ok)
@@ -17,9 +18,10 @@ struct ConnectionPoolTests {
         }
     }
 
-    @Test("idle_timeout: an idle connection is closed by the pool, and the next request opens a new one")
-    func idleTimeout() async throws {
-        try await Fixture.withUpstream(.nio, configure: { $0.idleTimeout = .milliseconds(100) }) { upstream, client in
+    @Test("idle_timeout: an idle connection is closed by the pool, and the next request opens a new one",
+          arguments: [Transport.nio, .nioServerName])
+    func idleTimeout(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport, configure: { $0.idleTimeout = .milliseconds(100) }) { upstream, client in
             let first = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
             #expect(first.status == .ok)
             // The pool, not the upstream, lets go: the upstream never closes a connection here.
