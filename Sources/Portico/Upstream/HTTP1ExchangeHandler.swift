@@ -77,6 +77,9 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        // A connect that fails never makes the channel active (no `channelInactive`): whatever
+        // still waits learns it here.
+        fail(UpstreamError.connectFailed("connection closed"))
         self.context = nil
     }
 
