@@ -34,6 +34,30 @@ struct ConnectionPoolTests {
         }
     }
 
+    @Test("max_connections: a request finding every connection busy waits at most connect_timeout, then 504",
+          arguments: [Transport.nio, .nioServerName])
+    func busyPoolWaitIsBounded(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport, configure: {
+            $0.maxConnections = 1
+            $0.connectTimeout = .seconds(2)
+        }, script: { upstream in
+            upstream.route("/slow", .text("late").delayed(by: .seconds(60)))
+        }) { upstream, client in
+            let busy = Task { try await client.send(Fixture.request(.get, "/slow"), context: Fixture.context(deadlineIn: .seconds(90))) }
+            try await Eventually.wait(timeout: .seconds(30), "the only connection busy") { upstream.hits("/slow") == 1 }
+            let (error, elapsed) = await Fixture.expectGatewayError {
+                try await client.send(Fixture.request(.get, "/r"), context: Fixture.context(deadlineIn: .seconds(60)))
+            }
+            #expect(error?.code == "upstream_timeout")
+            #expect(error?.message.contains("connect timeout") == true, "\(String(describing: error))")
+            #expect(elapsed >= .milliseconds(1900))
+            #expect(elapsed < .seconds(30), "took \(elapsed)")
+            #expect(upstream.connections.accepted == 1)
+            busy.cancel()
+            _ = try? await busy.value
+        }
+    }
+
     @Test("the default idle timeout stays below the 5 s keep-alive of Node.js, uvicorn and Apache")
     func defaultBelowCommonKeepAlive() {
         #expect(UpstreamConfig(name: "u", url: URL(string: "http://u")!).idleTimeout < .seconds(5))
