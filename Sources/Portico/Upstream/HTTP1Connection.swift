@@ -23,7 +23,11 @@ struct HTTP1Connection: Sendable {
     /// Connects and, with TLS, completes the handshake and the name check, all within `timeout`.
     static func connect(to endpoint: Endpoint, on group: any EventLoopGroup, timeout: Duration) async throws -> HTTP1Connection {
         let timeout = TimeAmount(timeout)
-        let bootstrap = ClientBootstrap(group: group)
+        // The promise exists before the channel, so its outcome (a TLS failure, say) survives
+        // the channel closing before anyone asks the pipeline.
+        let eventLoop = group.next()
+        let ready = eventLoop.makePromise(of: Void.self)
+        let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
@@ -38,28 +42,23 @@ struct HTTP1Connection: Sendable {
                         }
                     }
                     try pipeline.addHTTPClientHandlers()
-                    let ready = channel.eventLoop.makePromise(of: Void.self)
-                    try pipeline.addHandler(HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil))
+                    let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil)
+                    handler.limitHandshake(to: timeout, on: channel.eventLoop)
+                    try pipeline.addHandler(handler)
                 }
             }
         let channel: any Channel
         do {
             channel = try await bootstrap.connect(host: endpoint.host, port: endpoint.port).get()
         } catch {
-            throw Self.connectFailure(error)
+            let failure = Self.connectFailure(error)
+            ready.fail(failure)  // when the handler never got to it; a no-op otherwise
+            throw failure
         }
         let connection = HTTP1Connection(channel: channel)
         do {
             try await withTaskCancellationHandler {
-                try await channel.eventLoop.flatSubmit {
-                    do {
-                        let handler = try channel.pipeline.syncOperations.handler(type: HTTP1ExchangeHandler.self)
-                        handler.limitHandshake(to: timeout, on: channel.eventLoop)
-                        return handler.ready
-                    } catch {
-                        return channel.eventLoop.makeFailedFuture(UpstreamError.connectFailed("connection closed while connecting"))
-                    }
-                }.get()
+                try await ready.futureResult.get()
             } onCancel: {
                 channel.close(promise: nil)
             }
