@@ -6,8 +6,8 @@ import Synchronization
 /// Throwaway certificates made with `openssl` at test time, in a temporary directory.
 ///
 /// - `ca`: a root that signs `server` (SAN `localhost` and `127.0.0.1`), `expired` (same
-///   names, validity in 2020), `otherHost` (SAN `upstream.internal` only) and `client`
-///   (clientAuth).
+///   names, validity in 2020), `otherHost` (SAN `upstream.internal` only), `wildcard` (SAN
+///   `*.example.test` and `127.0.0.1`) and `client` (clientAuth).
 /// - `otherCA`: an unrelated root that signs `wrongCA` (same names as `server`).
 ///
 /// Keys are P-256 and unencrypted. Made once per test process (`shared`), which tests running
@@ -31,6 +31,7 @@ public struct TestCertificates: Sendable {
     public let server: Pair
     public let expired: Pair
     public let otherHost: Pair
+    public let wildcard: Pair
     public let wrongCA: Pair
     public let client: Pair
     /// Self-signed, with keys in the older PEM forms config loading must also read: PKCS#1
@@ -91,6 +92,7 @@ public struct TestCertificates: Sendable {
         expired = try maker.leaf("expired", signer: ca, names: serverNames, usage: "serverAuth",
                                  validity: ("20200101000000Z", "20200201000000Z"))
         otherHost = try maker.leaf("other-host", signer: ca, names: "DNS:upstream.internal", usage: "serverAuth")
+        wildcard = try maker.leaf("wildcard", signer: ca, names: "DNS:*.example.test,IP:127.0.0.1", usage: "serverAuth")
         wrongCA = try maker.leaf("wrong-ca", signer: otherCA, names: serverNames, usage: "serverAuth")
         client = try maker.leaf("client", signer: ca, names: "DNS:portico-client", usage: "clientAuth")
         rsaPKCS1 = try maker.selfSigned("rsa-pkcs1") { ["genrsa", "-traditional", "-out", $0, "2048"] }

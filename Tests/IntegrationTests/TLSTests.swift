@@ -103,6 +103,50 @@ struct TLSTests {
         let response = try await gateway.request("GET", "/api/named")
         #expect(response.status == 200)
         #expect(try TestUpstream.Echo.decode(response.body).values("host") == ["127.0.0.1:\(upstream.port)"])
+        // Kept alive: the verified connection carries the next requests too.
+        for _ in 0..<3 { #expect(try await gateway.request("GET", "/api/again").status == 200) }
+        #expect(upstream.connections.accepted == 1)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("server_name is verified strictly: an IP-address name equal to the connected address does not stand in for it")
+    func serverNameNotInCertificate() async throws {
+        // `server` names DNS:localhost and IP:127.0.0.1 — the address Portico connects to, but not the name.
+        let upstream = try await Self.upstream(\.server)
+        let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
+        var tls = try await TestCertificates.shared().trustingCA()
+        tls.serverName = "alt.example.test"
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls, logger: log.logger)
+        let response = try await gateway.request("GET", "/api/secret")
+        #expect(response.status == 502)
+        #expect(try Self.errorCode(response) == "upstream_tls_error")
+        #expect(response.bodyText.contains("hostname mismatch"), "\(response.bodyText)")
+        #expect(upstream.totalHits == 0, "no request may reach an unverified upstream")
+        let line = try #require(log.records.first)
+        #expect(line["upstream"]?.description == "billing")
+        #expect(line["tls_error"]?.description.contains("hostname mismatch") == true)
+        await gateway.stop()
+
+        // The certificate's DNS name as server_name is accepted.
+        tls.serverName = "localhost"
+        let named = try Self.gateway(upstream.baseURL, tls: tls)
+        #expect(try await named.request("GET", "/api/secret").status == 200)
+        await named.stop()
+        await upstream.shutdown()
+    }
+
+    @Test("a wildcard certificate names exactly one label in its place", arguments: [
+        ("api.example.test", 200), ("API.EXAMPLE.TEST", 200), ("a.b.example.test", 502), ("example.test", 502),
+    ])
+    func wildcardServerName(serverName: String, status: Int) async throws {
+        let upstream = try await Self.upstream(\.wildcard)
+        var tls = try await TestCertificates.shared().trustingCA()
+        tls.serverName = serverName
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls)
+        let response = try await gateway.request("GET", "/api/w")
+        #expect(response.status == status, "\(response.bodyText)")
+        if status == 502 { #expect(response.bodyText.contains("hostname mismatch"), "\(response.bodyText)") }
         await gateway.stop()
         await upstream.shutdown()
     }
@@ -234,6 +278,42 @@ struct TLSTests {
         #expect(app.totalHits == 1)
         await app.shutdown()
         await idp.shutdown()
+    }
+
+    @Test("a token endpoint's server_name is verified strictly too: only a DNS name of the certificate counts")
+    func tokenEndpointServerName() async throws {
+        let token: TestUpstream.Handler = { _ in
+            TestUpstream.Response(status: 200, headers: [("Content-Type", "application/json")],
+                                  body: #"{"access_token":"named-token","token_type":"Bearer","expires_in":3600}"#)
+        }
+        let app = try await ProxyConformanceTests.started(ProxyLeg(transport: .nio, tls: false))
+        // `server` names DNS:localhost and IP:127.0.0.1: not alt.example.test.
+        let mismatched = try await Self.upstream(\.server)
+        mismatched.route("/oauth2/token", token)
+        var tls = try await TestCertificates.shared().trustingCA()
+        tls.serverName = "alt.example.test"
+        let refusing = try Self.tokenGateway(tokenURL: mismatched.baseURL.appendingPathComponent("oauth2/token"), tls: tls,
+                                             upstreamPort: app.port)
+        let refused = try await refusing.request("GET", "/api/orders")
+        #expect(refused.status == 503)
+        #expect(try Self.errorCode(refused) == "credentials_unavailable")
+        #expect(refused.bodyText.contains("TLS failure: hostname mismatch"), "\(refused.bodyText)")
+        #expect(mismatched.totalHits == 0)
+        await refusing.stop()
+
+        let named = try await Self.upstream(\.otherHost)
+        named.route("/oauth2/token", token)
+        tls.serverName = "upstream.internal"
+        let gateway = try Self.tokenGateway(tokenURL: named.baseURL.appendingPathComponent("oauth2/token"), tls: tls,
+                                            upstreamPort: app.port)
+        let response = try await gateway.request("GET", "/api/orders")
+        #expect(response.status == 200)
+        #expect(try TestUpstream.Echo.decode(response.body).values("authorization") == ["Bearer named-token"])
+        #expect(named.hits("/oauth2/token") == 1)
+        await gateway.stop()
+        await app.shutdown()
+        await mismatched.shutdown()
+        await named.shutdown()
     }
 
     @Test("listen.tls serves HTTPS that curl verifies with the CA, and refuses plain HTTP")

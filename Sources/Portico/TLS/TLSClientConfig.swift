@@ -6,7 +6,8 @@ import NIOSSL
 /// every reload), so a running gateway never meets a missing or malformed file.
 ///
 /// Verification is on by default: the chain must lead to a trusted root (the system's, or
-/// `ca_file`'s when set) and the certificate must name the host (or `server_name`).
+/// `ca_file`'s when set) and the certificate must name the host (or `server_name`). On `nio`,
+/// `server_name` is checked strictly: only the certificate's DNS names count (`ServerNameCheck`).
 public struct TLSClientConfig: Sendable, Equatable {
     public enum Version: String, Sendable, Equatable, CaseIterable {
         case tls12 = "1.2"
@@ -39,17 +40,6 @@ public struct TLSClientConfig: Sendable, Equatable {
     /// True when nothing differs from the default (system roots, full verification).
     public var isDefault: Bool { self == TLSClientConfig() }
 
-    /// How AsyncHTTPClient must address `url` so SNI and the verified name are `server_name`:
-    /// it takes both from the URL's host, so the URL carries `server_name` and `dnsOverride`
-    /// connects to the configured host. Callers keep sending the configured `Host` header.
-    public func addressing(_ url: URL) -> (url: URL, dnsOverride: [String: String]) {
-        guard let serverName, let host = url.host,
-              var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return (url, [:]) }
-        components.host = serverName
-        guard let addressed = components.url else { return (url, [:]) }
-        return (addressed, [serverName: host])
-    }
-
     /// The NIOSSL configuration the `nio` transport (and token calls over it) use.
     public var nioConfiguration: TLSConfiguration {
         var configuration = TLSConfiguration.makeClientConfiguration()
@@ -66,6 +56,15 @@ public struct TLSClientConfig: Sendable, Equatable {
             configuration.certificateVerification = .none
         }
         return configuration
+    }
+
+    /// The context for connections that check `server_name` themselves (`HTTP1ConnectionPool`):
+    /// BoringSSL verifies the chain, `ServerNameVerificationHandler` the name. NIOSSL's own name
+    /// check is off: it would also accept an IP-address name equal to the connected address.
+    func strictServerNameContext() -> NIOSSLContext? {
+        var configuration = nioConfiguration
+        configuration.certificateVerification = .noHostnameVerification
+        return try? NIOSSLContext(configuration: configuration)
     }
 }
 

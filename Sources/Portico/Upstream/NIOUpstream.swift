@@ -12,39 +12,106 @@ import Synchronization
 /// connect and read timeouts are per-client settings, so a client per upstream is what makes
 /// `max_connections` and the timeouts per upstream; it also lets a configuration reload shut
 /// down a removed upstream's connections without touching the others. Threads are shared.
+/// With `tls.server_name`, an `HTTP1ConnectionPool` replaces AsyncHTTPClient (see there why);
+/// request building, response shaping and error kinds are the same code for both.
 final class NIOUpstream: UpstreamClient {
     let config: UpstreamConfig
     private let target: UpstreamTarget
-    /// Where requests are addressed: `target`, or with `tls.server_name` as host (`TLSClientConfig.addressing`).
-    private let requestTarget: UpstreamTarget
-    private let client: HTTPClient
+    private let exchanger: Exchanger
     /// What AsyncHTTPClient logs per request (debug and trace only): a no-op logger unless the
     /// level lets those through, because it attaches its own metadata to the logger per request.
     private let requestLogger: Logger
+
+    /// What carries the exchanges: AsyncHTTPClient, or with `tls.server_name` Portico's own
+    /// pool, because only there the certificate can be required to name `server_name`
+    /// (`HTTP1ConnectionPool` says why).
+    private enum Exchanger {
+        case client(HTTPClient)
+        case pool(HTTP1ConnectionPool)
+        /// The TLS settings could not be turned into a context (the message says why): every
+        /// exchange fails as a TLS error rather than going out unverified.
+        case unusable(String)
+    }
 
     init(config: UpstreamConfig, logger: Logger) {
         self.config = config
         self.target = UpstreamTarget(baseURL: config.url)
         requestLogger = logger.logLevel <= .debug ? logger : Logger(label: logger.label, factory: { _ in SwiftLogNoOpLogHandler() })
+        if let pool = Self.strictServerNamePool(config) {
+            self.exchanger = pool
+            return
+        }
         // A burst larger than `max_connections` that waits longer than `connect_timeout` for a
         // pooled connection fails with 504.
-        var configuration = HTTPClient.Configuration.portico(
+        let configuration = HTTPClient.Configuration.portico(
             tls: config.tls, connectTimeout: config.connectTimeout, readTimeout: config.timeout,
             connectionPool: .init(idleTimeout: TimeAmount(config.idleTimeout),
                                   concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections)))
-        let addressing = config.tls.addressing(config.url)
-        configuration.dnsOverride = addressing.dnsOverride
-        let requestTarget = UpstreamTarget(baseURL: addressing.url)
-        self.requestTarget = requestTarget
-        self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
-                                 backgroundActivityLogger: logger)
+        self.exchanger = .client(HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
+                                            backgroundActivityLogger: logger))
+    }
+
+    /// The pool for an `https` upstream with `server_name` (and verification on); `nil` otherwise.
+    private static func strictServerNamePool(_ config: UpstreamConfig) -> Exchanger? {
+        guard config.url.scheme?.lowercased() == "https", let serverName = config.tls.serverName,
+              !config.tls.insecureSkipVerify, let host = config.url.host else { return nil }
+        guard let tls = config.tls.strictServerNameContext() else {
+            return .unusable("cannot set up TLS with these tls: settings")
+        }
+        let endpoint = HTTP1Connection.Endpoint(host: host, port: config.url.port ?? 443, tls: tls, serverName: serverName)
+        return .pool(HTTP1ConnectionPool(.init(endpoint: endpoint, maxConnections: max(1, config.maxConnections),
+                                               connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout),
+                                         group: HTTPClient.defaultEventLoopGroup))
     }
 
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        var headers = Self.requestHeaders(request, config: config, upstreamHost: target.authority)
+        let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? $0 : nil }
+        let deadline = upstreamDeadline(config: config, context: context)
+        let remaining = context.clock.now.duration(to: deadline)
+        guard remaining > .zero else { throw UpstreamError.timeout.gatewayError(upstream: config.name) }
+        let limit = config.maxResponseBytes
+        switch exchanger {
+        case .client(let client):
+            return try await send(request, headers: headers, body: body, remaining: remaining, through: client, context: context)
+        case .unusable(let reason):
+            let failure = UpstreamError.tls(reason)
+            failure.log(upstream: config.name, to: context.logger)
+            throw failure.gatewayError(upstream: config.name)
+        case .pool(let pool):
+            // Framing follows the buffered body, as AsyncHTTPClient frames it.
+            if body != nil || !Self.methodsWithoutBody.contains(request.method) {
+                headers.add(name: "Content-Length", value: String(body?.readableBytes ?? 0))
+            }
+            let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue),
+                                       uri: target.pathAndQuery(for: request.target), headers: headers)
+            do {
+                // The pool has no deadline of its own: the task is cancelled at the deadline,
+                // which closes the connection in use.
+                let response = try await withUpstreamDeadline(deadline, clock: context.clock) {
+                    try await pool.execute(head, body: body, limit: limit)
+                }
+                return Self.makeResponse(response.head, body: request.method == .head ? ByteBuffer() : response.body)
+            } catch {
+                if Task.isCancelled { throw CancellationError() }
+                guard let mapped = Self.classify(error, afterHead: false, limit: limit)?.reaching(target.authority) else {
+                    throw error
+                }
+                mapped.log(upstream: config.name, to: context.logger)
+                throw mapped.gatewayError(upstream: config.name)
+            }
+        }
+    }
+
+    private static let methodsWithoutBody: Set<HTTPRequest.Method> = [.get, .head, .delete, .options, .trace, .connect]
+
+    /// The request header fields for the upstream (`ForwardingHeaders`), without framing: each
+    /// exchanger frames the buffered body itself.
+    static func requestHeaders(_ request: GatewayRequest, config: UpstreamConfig, upstreamHost: String) -> HTTPHeaders {
         var headers = HTTPHeaders()
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
+            upstreamHost: upstreamHost, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
         headers.reserveCapacity(fields.count)
         for field in fields {
             switch field.name.canonicalName {
@@ -53,12 +120,16 @@ final class NIOUpstream: UpstreamClient {
             default: headers.add(name: field.name.rawName, value: field.value)
             }
         }
-        let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? HTTPClient.Body.byteBuffer($0) : nil }
+        return headers
+    }
+
+    private func send(_ request: GatewayRequest, headers: HTTPHeaders, body: ByteBuffer?, remaining: Duration,
+                      through client: HTTPClient, context: RequestContext) async throws -> GatewayResponse {
         let outbound: HTTPClient.Request
         do {
-            outbound = try HTTPClient.Request(url: requestTarget.urlString(for: request.target),
+            outbound = try HTTPClient.Request(url: target.urlString(for: request.target),
                                               method: HTTPMethod(rawValue: request.method.rawValue),
-                                              headers: headers, body: body)
+                                              headers: headers, body: body.map { .byteBuffer($0) })
         } catch {
             throw UpstreamError.protocolError("request not representable: \(type(of: error))").gatewayError(upstream: config.name)
         }
@@ -66,9 +137,6 @@ final class NIOUpstream: UpstreamClient {
         // AsyncHTTPClient enforces the deadline over the whole exchange, body included, on the
         // event loop; no timer task of ours is needed. It runs on the real clock: the gateway's
         // clock only says how much time is left.
-        let deadline = upstreamDeadline(config: config, context: context)
-        let remaining = context.clock.now.duration(to: deadline)
-        guard remaining > .zero else { throw UpstreamError.timeout.gatewayError(upstream: config.name) }
         let limit = config.maxResponseBytes
         let collector = NIOResponseCollector(limit: limit)
         let task = client.execute(request: outbound, delegate: collector, eventLoop: .indifferent,
@@ -89,7 +157,11 @@ final class NIOUpstream: UpstreamClient {
     }
 
     func shutdown() async {
-        try? await client.shutdown()
+        switch exchanger {
+        case .client(let client): try? await client.shutdown()
+        case .pool(let pool): pool.shutdown()
+        case .unusable: break
+        }
     }
 
     static func makeResponse(_ head: HTTPResponseHead, body: ByteBuffer) -> GatewayResponse {

@@ -3,12 +3,13 @@ import Portico
 import PorticoTesting
 import Testing
 
-/// The nio transport's pool of upstream connections.
+/// The nio transport's pools of upstream connections: AsyncHTTPClient's, and Portico's own
+/// for `server_name` (`nioServerName`).
 @Suite("Upstream connection pool (nio)")
 struct ConnectionPoolTests {
-    @Test("keep-alive: consecutive requests share one upstream connection")
-    func reuse() async throws {
-        try await Fixture.withUpstream(.nio) { upstream, client in
+    @Test("keep-alive: consecutive requests share one upstream connection", arguments: [Transport.nio, .nioServerName])
+    func reuse(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport) { upstream, client in
             for _ in 0..<5 {
                 let response = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
                 #expect(response.status == .ok)
@@ -17,9 +18,10 @@ struct ConnectionPoolTests {
         }
     }
 
-    @Test("idle_timeout: an idle connection is closed by the pool, and the next request opens a new one")
-    func idleTimeout() async throws {
-        try await Fixture.withUpstream(.nio, configure: { $0.idleTimeout = .milliseconds(100) }) { upstream, client in
+    @Test("idle_timeout: an idle connection is closed by the pool, and the next request opens a new one",
+          arguments: [Transport.nio, .nioServerName])
+    func idleTimeout(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport, configure: { $0.idleTimeout = .milliseconds(100) }) { upstream, client in
             let first = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
             #expect(first.status == .ok)
             // The pool, not the upstream, lets go: the upstream never closes a connection here.
@@ -29,6 +31,30 @@ struct ConnectionPoolTests {
             let second = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
             #expect(second.status == .ok)
             #expect(upstream.connections.accepted == 2)
+        }
+    }
+
+    @Test("max_connections: a request finding every connection busy waits at most connect_timeout, then 504",
+          arguments: [Transport.nio, .nioServerName])
+    func busyPoolWaitIsBounded(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport, configure: {
+            $0.maxConnections = 1
+            $0.connectTimeout = .seconds(2)
+        }, script: { upstream in
+            upstream.route("/slow", .text("late").delayed(by: .seconds(60)))
+        }) { upstream, client in
+            let busy = Task { try await client.send(Fixture.request(.get, "/slow"), context: Fixture.context(deadlineIn: .seconds(90))) }
+            try await Eventually.wait(timeout: .seconds(30), "the only connection busy") { upstream.hits("/slow") == 1 }
+            let (error, elapsed) = await Fixture.expectGatewayError {
+                try await client.send(Fixture.request(.get, "/r"), context: Fixture.context(deadlineIn: .seconds(60)))
+            }
+            #expect(error?.code == "upstream_timeout")
+            #expect(error?.message.contains("connect timeout") == true, "\(String(describing: error))")
+            #expect(elapsed >= .milliseconds(1900))
+            #expect(elapsed < .seconds(30), "took \(elapsed)")
+            #expect(upstream.connections.accepted == 1)
+            busy.cancel()
+            _ = try? await busy.value
         }
     }
 

@@ -6,7 +6,15 @@ import NIOCore
 import Portico
 import PorticoTesting
 
-typealias Transport = UpstreamConfig.Transport
+/// The transports the conformance suite runs over: `urlsession`, `nio` (AsyncHTTPClient), and
+/// `nio` to an HTTPS upstream with `tls.server_name`, which Portico's own `HTTP1ConnectionPool` carries.
+enum Transport: String, CaseIterable, Sendable {
+    case urlsession
+    case nio
+    case nioServerName
+
+    var configTransport: UpstreamConfig.Transport { self == .urlsession ? .urlsession : .nio }
+}
 
 enum Fixture {
     static let logger = Logger(label: "portico.tests.upstream")
@@ -33,11 +41,11 @@ enum Fixture {
         script: (TestUpstream) -> Void = { _ in },
         _ body: (TestUpstream, any UpstreamClient) async throws -> T
     ) async throws -> T {
-        let upstream = TestUpstream()
+        let certificates = transport == .nioServerName ? try await TestCertificates.shared() : nil
+        let upstream = TestUpstream(tls: try certificates.map { try $0.serverTLS($0.otherHost) })
         script(upstream)
         try await upstream.start()
-        var config = UpstreamConfig(name: "test", url: URL(string: "http://127.0.0.1:\(upstream.port)\(basePath)")!)
-        config.transport = transport
+        var config = try await upstreamConfig(transport, port: upstream.port, basePath: basePath)
         // Generous for a loaded 2-core machine (multi-MiB debug-build exchanges); tests of
         // timeouts set their own shorter deadlines.
         config.timeout = .seconds(60)
@@ -53,6 +61,21 @@ enum Fixture {
             await upstream.shutdown()
             throw error
         }
+    }
+
+    /// The settings for `transport` to `127.0.0.1:port`: with `nioServerName`, HTTPS trusting the
+    /// test CA with `server_name: upstream.internal` (the name `TestCertificates.otherHost` carries).
+    static func upstreamConfig(_ transport: Transport, port: Int, basePath: String = "") async throws -> UpstreamConfig {
+        let scheme = transport == .nioServerName ? "https" : "http"
+        var config = UpstreamConfig(name: "test", url: URL(string: "\(scheme)://127.0.0.1:\(port)\(basePath)")!)
+        config.transport = transport.configTransport
+        if transport == .nioServerName {
+            config.tls = try await TestCertificates.shared().trustingCA()
+            config.tls.serverName = "upstream.internal"
+            // Debug-built BoringSSL handshakes slowly on a loaded machine.
+            config.connectTimeout = .seconds(30)
+        }
+        return config
     }
 
     static func randomBytes(_ count: Int) -> [UInt8] {

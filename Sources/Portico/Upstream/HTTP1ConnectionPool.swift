@@ -1,0 +1,216 @@
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// A small HTTP/1.1 connection pool on SwiftNIO, used instead of AsyncHTTPClient where
+/// AsyncHTTPClient cannot verify what Portico promises: with `tls.server_name`, the certificate
+/// must name `server_name` by DNS name (`ServerNameCheck`). AsyncHTTPClient builds its
+/// `NIOSSLClientHandler` itself, and NIOSSL's host name check also accepts an IP-address name
+/// equal to the connected address, whatever `server_name` says; it offers no hook to add a check.
+///
+/// At most `maxConnections` connections exist at once (idle ones included); a request that
+/// finds none free waits up to `connectTimeout` for one (then `UpstreamError.connectTimeout`),
+/// like AsyncHTTPClient's pool. Connections are kept alive unless either side says otherwise,
+/// reused last-in first-out, and closed after `idleTimeout` unused or at `shutdown`.
+final class HTTP1ConnectionPool: Sendable {
+    struct Configuration: Sendable {
+        var endpoint: HTTP1Connection.Endpoint
+        var maxConnections: Int
+        var connectTimeout: Duration
+        var idleTimeout: Duration
+    }
+
+    private struct IdleConnection {
+        var connection: HTTP1Connection
+        var closer: Scheduled<Void>
+    }
+
+    private struct Waiter {
+        var id: Int
+        var continuation: CheckedContinuation<HTTP1Connection?, any Error>
+        var timeout: Scheduled<Void>?
+    }
+
+    private struct State {
+        /// Slots taken by requests connecting or exchanging; `leased + idle.count <= maxConnections`.
+        var leased = 0
+        var idle: [IdleConnection] = []
+        var waiters: [Waiter] = []
+        var nextWaiterID = 0
+        /// Every open connection, to close at shutdown.
+        var open: [ObjectIdentifier: HTTP1Connection] = [:]
+        var isShutDown = false
+    }
+
+    private let configuration: Configuration
+    private let group: any EventLoopGroup
+    private let state = Mutex(State())
+
+    init(_ configuration: Configuration, group: any EventLoopGroup) {
+        self.configuration = configuration
+        self.group = group
+    }
+
+    /// One exchange on a pooled (or new) connection. Errors are `UpstreamError` where a kind
+    /// applies; cancellation closes the connection in use and rethrows.
+    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int) async throws -> HTTP1Response {
+        let connection: HTTP1Connection
+        if let pooled = try await lease() {
+            connection = pooled
+        } else {
+            do {
+                connection = try await connect()
+            } catch {
+                release(nil)
+                throw error
+            }
+        }
+        do {
+            let response = try await connection.execute(head, body: body, limit: limit)
+            release(connection, reusable: response.reusable)
+            return response
+        } catch {
+            release(connection, reusable: false)
+            throw error
+        }
+    }
+
+    /// Closes every connection and fails waiting requests; later requests fail at once.
+    func shutdown() {
+        let (connections, waiters) = state.withLock { state in
+            state.isShutDown = true
+            let all = Array(state.open.values)
+            let waiters = state.waiters
+            state.idle.forEach { $0.closer.cancel() }
+            state.idle = []
+            state.waiters = []
+            state.open = [:]
+            return (all, waiters)
+        }
+        for waiter in waiters {
+            waiter.timeout?.cancel()
+            waiter.continuation.resume(throwing: UpstreamError.connectFailed("client is shut down"))
+        }
+        connections.forEach { $0.close() }
+    }
+
+    // MARK: Leasing
+
+    /// Takes a slot: with the most recently used open idle connection, or `nil` when the caller
+    /// may open a new one. Without a free slot, waits up to `connectTimeout` for one.
+    private func lease() async throws -> HTTP1Connection? {
+        enum Outcome { case pooled(HTTP1Connection), connect, wait, shutDown }
+        var stale: [HTTP1Connection] = []
+        let outcome = state.withLock { state -> Outcome in
+            if state.isShutDown { return .shutDown }
+            while let last = state.idle.popLast() {
+                last.closer.cancel()
+                if last.connection.isActive {
+                    state.leased += 1
+                    return .pooled(last.connection)
+                }
+                state.open[ObjectIdentifier(last.connection.channel)] = nil
+                stale.append(last.connection)
+            }
+            guard state.leased < configuration.maxConnections else { return .wait }
+            state.leased += 1
+            return .connect
+        }
+        stale.forEach { $0.close() }
+        switch outcome {
+        case .pooled(let connection): return connection
+        case .connect: return nil
+        case .shutDown: throw UpstreamError.connectFailed("client is shut down")
+        case .wait: return try await waitForSlot()
+        }
+    }
+
+    /// Waits for the slot a finishing request hands over (with its connection when reusable).
+    private func waitForSlot() async throws -> HTTP1Connection? {
+        let id = state.withLock { state in
+            defer { state.nextWaiterID += 1 }
+            return state.nextWaiterID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTP1Connection?, any Error>) in
+                // Like AsyncHTTPClient: waiting for a pooled connection counts as connecting.
+                let timeout = group.next().scheduleTask(in: TimeAmount(configuration.connectTimeout)) { [self] in
+                    resumeWaiter(id, throwing: UpstreamError.connectTimeout)
+                }
+                let immediate: (any Error)? = state.withLock { state in
+                    if state.isShutDown { return UpstreamError.connectFailed("client is shut down") }
+                    if Task.isCancelled { return CancellationError() }
+                    state.waiters.append(Waiter(id: id, continuation: continuation, timeout: timeout))
+                    return nil
+                }
+                if let immediate {
+                    timeout.cancel()
+                    continuation.resume(throwing: immediate)
+                }
+            }
+        } onCancel: {
+            resumeWaiter(id, throwing: CancellationError())
+        }
+    }
+
+    private func resumeWaiter(_ id: Int, throwing error: any Error) {
+        let waiter = state.withLock { state -> Waiter? in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index)
+        }
+        waiter?.timeout?.cancel()
+        waiter?.continuation.resume(throwing: error)
+    }
+
+    /// Gives a slot back. A reusable open connection goes to the first waiter, else to the idle
+    /// list; anything else is closed, and a waiter gets the slot to open a connection of its own.
+    private func release(_ connection: HTTP1Connection?, reusable: Bool = false) {
+        let keep = connection.flatMap { reusable && $0.isActive ? $0 : nil }
+        let (waiter, close) = state.withLock { state -> (Waiter?, Bool) in
+            if let connection, keep == nil || state.isShutDown {
+                state.open[ObjectIdentifier(connection.channel)] = nil
+            }
+            if state.isShutDown { return (nil, connection != nil) }
+            if !state.waiters.isEmpty {
+                return (state.waiters.removeFirst(), keep == nil && connection != nil)  // `leased` stays: the slot passes on
+            }
+            state.leased -= 1
+            if let keep {
+                let closer = keep.channel.eventLoop.scheduleTask(in: TimeAmount(configuration.idleTimeout)) { [self] in
+                    expireIdle(keep)
+                }
+                state.idle.append(IdleConnection(connection: keep, closer: closer))
+                return (nil, false)
+            }
+            return (nil, connection != nil)
+        }
+        if close { connection?.close() }
+        waiter?.timeout?.cancel()
+        waiter?.continuation.resume(returning: keep)
+    }
+
+    /// A new connection, registered for shutdown. Needs a slot.
+    private func connect() async throws -> HTTP1Connection {
+        let connection = try await HTTP1Connection.connect(to: configuration.endpoint, on: group,
+                                                           timeout: configuration.connectTimeout)
+        let shutDown = state.withLock { state in
+            if !state.isShutDown { state.open[ObjectIdentifier(connection.channel)] = connection }
+            return state.isShutDown
+        }
+        if shutDown {
+            connection.close()
+            throw UpstreamError.connectFailed("client is shut down")
+        }
+        return connection
+    }
+
+    private func expireIdle(_ connection: HTTP1Connection) {
+        let expired = state.withLock { state -> Bool in
+            guard let index = state.idle.firstIndex(where: { $0.connection.channel === connection.channel }) else { return false }
+            state.idle.remove(at: index)
+            state.open[ObjectIdentifier(connection.channel)] = nil
+            return true
+        }
+        if expired { connection.close() }
+    }
+}
