@@ -22,9 +22,14 @@ struct Demo: AsyncParsableCommand {
         Bootstrap.logging(config.logging)
         let registry = Bootstrap.metrics()
         let logger = Logger(label: "portico")
-        try await Serve.run(config: config, file: nil, logger: logger, registry: registry) { port in
-            FileHandle.standardOutput.write(Data(DemoSetup.banner(port: Int(port), adminPort: adminPort,
-                                                                   upstreamPort: demo.upstreamPort).utf8))
+        do {
+            try await Serve.run(config: config, file: nil, logger: logger, registry: registry) { port in
+                FileHandle.standardOutput.write(Data(DemoSetup.banner(port: Int(port), adminPort: adminPort,
+                                                                       upstreamPort: demo.upstreamPort).utf8))
+            }
+        } catch {
+            await demo.stop()
+            throw error
         }
         await demo.stop()
     }

@@ -17,6 +17,11 @@ enum Serve {
         let server: GatewayServer
         do {
             server = try GatewayServer(config: config, configFile: file, logger: logger)
+        } catch {
+            logger.critical("cannot start", metadata: ["error": .string(String(describing: error))])
+            throw ExitCode(1)
+        }
+        do {
             try server.start()
             if config.admin.enabled {
                 let admin = AdminServer(config: config.admin, gateway: server, logger: logger) {
@@ -28,6 +33,8 @@ enum Serve {
             }
         } catch {
             logger.critical("cannot start", metadata: ["error": .string(String(describing: error))])
+            // Whatever started is stopped, and the upstream clients are shut down before exiting.
+            await server.shutdown(drainDelay: .zero, grace: .zero)
             throw ExitCode(1)
         }
         services.append(ProxyService(server: server, logger: logger))
