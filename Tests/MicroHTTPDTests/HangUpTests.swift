@@ -36,7 +36,7 @@ struct HangUpTests {
     func clientLeaves(reset: Bool) async throws {
         let waiting = WaitingHandler()
         try await withServer({ $0.requestTimeout = .seconds(120) }, handler: waiting.handler) { server in
-            let connection = try RawHTTPConnection(port: Int(server.port))
+            let connection = try RawHTTPConnection(port: Int(server.port), timeout: .seconds(20))
             try await connection.send("GET /forever HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(await eventually(timeout: .seconds(10)) { waiting.started == 1 })
             #expect(server.inFlightRequests == 1)
