@@ -55,6 +55,28 @@ struct HangUpTests {
         }
     }
 
+    @Test("clients leaving while suspended are counted in the departures summary line")
+    func departuresLogged() async throws {
+        let waiting = WaitingHandler()
+        let lines = Mutex<[String]>([])
+        try await withServer({ configuration in
+            configuration.errorLog = { line in lines.withLock { $0.append(line) } }
+        }, handler: waiting.handler) { server in
+            for index in 1...3 {
+                let connection = try RawHTTPConnection(port: Int(server.port))
+                try await connection.send("GET /forever HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(await eventually(timeout: .seconds(10)) { waiting.started == index })
+                connection.reset()
+                #expect(await eventually(timeout: .seconds(10)) { waiting.cancelled == index })
+            }
+            #expect(await eventually(timeout: .seconds(10)) { server.openConnections == 0 })
+            #expect(server.clientHangUps == 3)
+            #expect(await eventually(timeout: .seconds(10)) {
+                lines.withLock { $0.contains { $0.contains("clients closed or reset connections") } }
+            })
+        }
+    }
+
     @Test("a pipelined request arriving while the first is suspended is no hang-up: both are answered")
     func pipelinedRequestIsNoHangUp() async throws {
         let waiting = WaitingHandler()
