@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <sys/epoll.h> /* HangUpWatch: suspended connections watched for their clients leaving */
 #include <microhttpd.h>
 
 /* MHD's error log takes a va_list: format it here and hand Swift a plain string. */

@@ -199,13 +199,15 @@ private struct AccessCall {
             requestID = id
         }
         let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
-                                      isHead: isHead, requestID: requestID) { [weak core] pending in
-            core?.completed(pending)
+                                      isHead: isHead, requestID: requestID) { [weak core, timer = context.timer] pending in
+            core?.completed(pending, timer: timer)
         }
         context.pending = pending
         context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
         MHD_suspend_connection(connection)
         core.register(pending)
+        // libmicrohttpd does not poll a suspended connection: its client leaving is watched for here.
+        core.hangUps.watch(pending, on: context.timer)
         let task = Task {
             let response = await work()
             pending.complete(response)

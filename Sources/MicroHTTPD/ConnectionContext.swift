@@ -57,6 +57,8 @@ final class ConnectionTimer: Sendable {
         /// closes. Shutting it down shuts the socket down for libmicrohttpd too, and since the
         /// number is ours until we close it, it can never name another socket the process opened since.
         var socket: Int32 = -1
+        /// The epoll set `socket` is in while its request is suspended (`HangUpWatch`).
+        var hangUpWatch: HangUpWatch?
     }
 
     private let state: Mutex<State>
@@ -108,7 +110,46 @@ final class ConnectionTimer: Sendable {
             guard !state.closed else { return }
             state.closed = true
             state.deadline = nil
-            if state.socket >= 0 { close(state.socket) }
+            if state.socket >= 0 {
+                // Out of the epoll set first: closing our duplicate would not remove it.
+                if let watch = state.hangUpWatch { removeFromEpoll(watch, socket: state.socket) }
+                state.hangUpWatch = nil
+                close(state.socket)
+            }
+        }
+    }
+
+    /// Adds the descriptor to `watch`'s epoll set with `token`, unless the connection is closed.
+    func watchHangUp(in watch: HangUpWatch, token: UInt64) {
+        state.withLock { state in
+            guard !state.closed, state.socket >= 0, state.hangUpWatch == nil else { return }
+            var event = epoll_event()
+            event.events = HangUpWatch.events
+            event.data.u64 = token
+            if epoll_ctl(watch.descriptor, EPOLL_CTL_ADD, state.socket, &event) == 0 { state.hangUpWatch = watch }
+        }
+    }
+
+    /// Takes the descriptor out of the epoll set it is in, if any.
+    func unwatchHangUp() {
+        state.withLock { state in
+            guard let watch = state.hangUpWatch else { return }
+            state.hangUpWatch = nil
+            if !state.closed && state.socket >= 0 { removeFromEpoll(watch, socket: state.socket) }
+        }
+    }
+
+    private func removeFromEpoll(_ watch: HangUpWatch, socket: Int32) {
+        var event = epoll_event()
+        _ = epoll_ctl(watch.descriptor, EPOLL_CTL_DEL, socket, &event)
+    }
+
+    /// Shuts the socket down (its client has left): libmicrohttpd's next read or write fails and
+    /// it closes the connection.
+    func shutDown() {
+        state.withLock { state in
+            guard !state.closed, state.socket >= 0 else { return }
+            _ = Glibc.shutdown(state.socket, Int32(SHUT_RDWR))
         }
     }
 

@@ -55,6 +55,10 @@ public final class HTTPServer: Sendable {
     /// Requests whose handlers are running.
     public var inFlightRequests: Int { core.inFlightCount }
 
+    /// Clients noticed leaving while their request was suspended, whose handlers' tasks were
+    /// cancelled (libmicrohttpd itself does not watch a suspended connection).
+    public var clientHangUps: Int { core.hangUpCount.load(ordering: .relaxed) }
+
     /// Where the server is in its life.
     public var lifecycle: ServerLifecycle { core.lifecycle }
 
@@ -118,6 +122,10 @@ final class ServerCore: Sendable {
     /// count second (both sequentially consistent): a request either sees `closing` and backs
     /// out, or is in the count `stop` reads. No lock on the request path.
     private let admissions = Atomic<Int>(0)
+    /// Suspended requests' connections, watched for their clients leaving.
+    let hangUps = HangUpWatch()
+    /// Clients noticed leaving while their request was suspended (its work cancelled).
+    let hangUpCount = Atomic<Int>(0)
     /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its event loop).
     static let refusalHeadroom = 1024
 
@@ -346,6 +354,7 @@ final class ServerCore: Sendable {
         while !Task.isCancelled {
             do { try await Task.sleep(for: interval) } catch { return }
             tick += 1
+            cancelDeparted()
             if tick % 10 == 0 { expireSlowConnections() }
             let now = ContinuousClock.now
             let overdue = state.withLock { state in
@@ -355,6 +364,22 @@ final class ServerCore: Sendable {
                 pending.complete(configuration.refusalResponse(.deadlineExceeded, nil, pending.requestID))
             }
         }
+    }
+
+    /// Cancels the work of suspended requests whose clients have left (`HangUpWatch`): the task
+    /// is cancelled, and the socket shut down before the connection is resumed, so libmicrohttpd
+    /// closes it (the response goes nowhere, not even to a client that only half-closed).
+    private func cancelDeparted() {
+        let departed = hangUps.departed()
+        guard !departed.isEmpty else { return }
+        var cancelled = 0
+        for (pending, timer) in departed {
+            let abandoned = ServerResponse(status: 499, body: Array("client closed the connection\n".utf8), closeConnection: true)
+            if pending.complete(abandoned, beforeResume: { timer.shutDown() }) { cancelled += 1 }
+        }
+        guard cancelled > 0 else { return }
+        hangUpCount.wrappingAdd(cancelled, ordering: .relaxed)
+        state.withLock { $0.departuresSinceLog += cancelled }
     }
 
     private func expireSlowConnections() {
@@ -430,10 +455,11 @@ final class ServerCore: Sendable {
         state.withLock { $0.inFlight[ObjectIdentifier(pending)] = pending }
     }
 
-    func completed(_ pending: PendingResponse) {
+    func completed(_ pending: PendingResponse, timer: ConnectionTimer) {
         _ = state.withLock { state in
             state.inFlight.removeValue(forKey: ObjectIdentifier(pending))
         }
+        hangUps.unwatch(pending, on: timer)
     }
 
     /// The connection no longer waits on `pending`: its response was queued or the request ended.

@@ -41,9 +41,10 @@ final class PendingResponse: Sendable {
         if alreadyDone { task.cancel() }
     }
 
-    /// Sets the response and resumes the connection, unless another answer came first.
+    /// Sets the response and resumes the connection, unless another answer came first;
+    /// `beforeResume` runs (for the winner only) just before the connection is resumed.
     @discardableResult
-    func complete(_ response: ServerResponse) -> Bool {
+    func complete(_ response: ServerResponse, beforeResume: () -> Void = {}) -> Bool {
         let task: Task<Void, Never>?
         do {
             let won = state.withLock { state -> (Bool, Task<Void, Never>?) in
@@ -56,6 +57,7 @@ final class PendingResponse: Sendable {
         }
         task?.cancel()
         onComplete(self)
+        beforeResume()
         MHD_resume_connection(connection.pointer)
         return true
     }

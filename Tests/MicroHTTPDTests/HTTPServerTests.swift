@@ -146,9 +146,10 @@ struct HTTPServerTests {
                 let connection = try RawHTTPConnection(port: Int(server.port))
                 try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             }  // connections closed by deinit
-            #expect(await eventually { server.inFlightRequests == 10 })
-            release.open()
+            // Noticed while suspended: the handlers are cancelled without being released.
             #expect(await eventually { server.inFlightRequests == 0 && server.openConnections == 0 })
+            release.open()
+            #expect(server.inFlightRequests == 0 && server.openConnections == 0)
         }
     }
 
