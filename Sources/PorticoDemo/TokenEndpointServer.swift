@@ -70,6 +70,8 @@ public final class TokenEndpointServer: Sendable {
         var configuration: Configuration
         var failure: Failure?
         var server: HTTPServer?
+        /// Holds the port while `.closed`.
+        var reservation: PortReservation?
         var port: UInt16 = 0
         var received: [Received] = []
         var issued: [String] = []
@@ -126,8 +128,15 @@ public final class TokenEndpointServer: Sendable {
         if failure == .closed, previous != .closed {
             releaseHung()
             await server?.stop(grace: .seconds(5))
-            state.withLock { $0.server = nil }
+            // Bound but not listening: connections are refused, and nothing else in the process
+            // (parallel tests binding port 0) can take the port before it listens again.
+            let reservation = PortReservation(port: port)
+            state.withLock {
+                $0.server = nil
+                $0.reservation = reservation
+            }
         } else if failure != .closed, previous == .closed {
+            state.withLock { $0.reservation = nil }  // closes the reserving socket
             try listen(port: port)
         }
         if previous == .hang, failure != .hang {
@@ -331,5 +340,34 @@ public final class TokenEndpointServer: Sendable {
         let pair = String(decoding: data, as: UTF8.self)
         guard let colon = pair.firstIndex(of: ":") else { return nil }
         return (FormEncoding.decode(pair[..<colon]), FormEncoding.decode(pair[pair.index(after: colon)...]))
+    }
+}
+
+/// A socket bound to a loopback port without listening: the kernel refuses connections to the
+/// port, and no other socket can bind it while this one lives.
+private final class PortReservation: Sendable {
+    private let descriptor: Int32
+
+    init?(port: UInt16) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var reuse: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard bound else {
+            close(fd)
+            return nil
+        }
+        descriptor = fd
+    }
+
+    deinit {
+        close(descriptor)
     }
 }
