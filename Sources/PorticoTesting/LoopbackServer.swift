@@ -3,8 +3,31 @@ import Synchronization
 
 /// What the in-process test servers share: a bound NIO server channel whose connections are each
 /// served in a child task, and a shutdown that closes the listener and waits for every task.
-final class LoopbackServer<Connection: Sendable>: Sendable {
-    typealias Server = NIOAsyncChannel<Connection, Never>
+final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
+    typealias Connection = NIOAsyncChannel<Inbound, Outbound>
+    typealias Server = NIOAsyncChannel<Accepted, Never>
+
+    /// An accepted connection, closed properly even if it is never served. NIO traps when an
+    /// `NIOAsyncChannel` made with `wrappingChannelSynchronously` is dropped without
+    /// `executeThenClose`, and the accept stream drops the connections that arrive as the
+    /// listener closes (a client connecting while the test shuts its upstream down).
+    final class Accepted: Sendable {
+        private let connection: Mutex<Connection?>
+
+        init(_ connection: Connection) {
+            self.connection = Mutex(connection)
+        }
+
+        /// The connection, for the one task that serves it.
+        func take() -> Connection? {
+            connection.withLock { $0.take() }
+        }
+
+        deinit {
+            guard let unserved = take() else { return }
+            Task { try? await unserved.executeThenClose { _, _ in } }
+        }
+    }
 
     private let state = Mutex<(server: Server?, task: Task<Void, Never>?)>((nil, nil))
 
@@ -13,9 +36,14 @@ final class LoopbackServer<Connection: Sendable>: Sendable {
         let task = Task<Void, Never> {
             _ = try? await server.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
-                    for try await connection in inbound {
-                        group.addTask { await serve(connection) }
+                    // Ends when `shutdown` closes the listener, after every connection accepted
+                    // until then has its task; then those tasks are cancelled.
+                    for try await accepted in inbound {
+                        group.addTask {
+                            if let connection = accepted.take() { await serve(connection) }
+                        }
                     }
+                    group.cancelAll()
                 }
             }
         }
@@ -23,11 +51,11 @@ final class LoopbackServer<Connection: Sendable>: Sendable {
         return server.channel.localAddress?.port ?? 0
     }
 
-    /// Closes the listener, cancels the connections' tasks and waits for them.
+    /// Closes the listener, which ends the accept loop and cancels the connections' tasks, and
+    /// waits for them.
     func shutdown() async {
         let (server, task) = state.withLock { $0 }
         try? await server?.channel.close()
-        task?.cancel()
         await task?.value
     }
 }

@@ -161,7 +161,7 @@ public final class TestUpstream: Sendable {
     }
 
     private typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>
-    private let loopback = LoopbackServer<Connection>()
+    private let loopback = LoopbackServer<HTTPServerRequestPart, ByteBuffer>()
 
     private struct State {
         var routes: [String: Handler] = [:]
@@ -209,7 +209,7 @@ public final class TestUpstream: Sendable {
 
     public func start() async throws {
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
-        let server: LoopbackServer<Connection>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -220,7 +220,7 @@ public final class TestUpstream: Sendable {
                     }
                     try channel.pipeline.syncOperations.addHandler(
                         ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
-                    return try Connection(wrappingChannelSynchronously: channel)
+                    return .init(try Connection(wrappingChannelSynchronously: channel))
                 }
             }
         let port = loopback.run(server) { [self] connection in await serve(connection) }
