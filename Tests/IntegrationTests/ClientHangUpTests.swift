@@ -85,16 +85,6 @@ private final class SilentUpstream: Sendable {
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes.
-private func eventually(timeout: Duration, _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
-}
-
 @Suite("A client leaving mid-request through the gateway")
 struct ClientHangUpTests {
     @Test("the upstream request is cancelled: its connection closes, nothing stays in flight",
@@ -117,14 +107,14 @@ struct ClientHangUpTests {
         let inFlight = try metrics.expectMeter("portico_in_flight_requests")
         let client = try RawHTTPConnection(port: port)
         try await client.send("GET /api/slow HTTP/1.1\r\nHost: gateway.test\r\n\r\n")
-        #expect(await eventually(timeout: .seconds(10)) { upstream.received == 1 })
+        try await Eventually.wait(timeout: .seconds(10), "the upstream to receive the request") { upstream.received == 1 }
         #expect(gateway.inFlightRequests == 1)
         #expect(inFlight.lastValue == 1)
         if reset { client.reset() } else { client.shutdownWrite() }
-        #expect(await eventually(timeout: .seconds(10)) { upstream.closed == 1 }, "\(transport)")
-        #expect(await eventually(timeout: .seconds(10)) { gateway.inFlightRequests == 0 })
+        try await Eventually.wait(timeout: .seconds(10), "the upstream connection to close (\(transport))") { upstream.closed == 1 }
+        try await Eventually.wait(timeout: .seconds(10), "nothing in flight") { gateway.inFlightRequests == 0 }
         // The handler itself has finished: the gateway's gauge is back to zero.
-        #expect(await eventually(timeout: .seconds(10)) { inFlight.lastValue == 0 })
+        try await Eventually.wait(timeout: .seconds(10), "the in-flight gauge at 0") { inFlight.lastValue == 0 }
         await gateway.shutdown(drainDelay: .zero, grace: .seconds(5))
     }
 }
