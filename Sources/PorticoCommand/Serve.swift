@@ -9,11 +9,12 @@ import UnixSignals
 ///
 /// The proxy and admin listeners are services of one `ServiceGroup`, which turns SIGINT and
 /// SIGTERM into a graceful shutdown of each in reverse order: the proxy drains first (`/readyz`
-/// answers 503 from the first moment), and the admin listener stops only once it has.
+/// answers 503 from the first moment), and the admin listener stops only once it has. The
+/// listeners bind inside their services, after the group traps the signals, so a SIGTERM that
+/// arrives during startup is a graceful shutdown too.
 enum Serve {
     static func run(config: PorticoConfig, file: String?, logger: Logger, registry: PrometheusCollectorRegistry,
-                    onStart: (UInt16) async throws -> Void = { _ in }) async throws {
-        var services: [any Service] = []
+                    onStart: @escaping @Sendable (UInt16) async throws -> Void = { _ in }) async throws {
         let server: GatewayServer
         do {
             server = try GatewayServer(config: config, configFile: file, logger: logger)
@@ -21,50 +22,54 @@ enum Serve {
             logger.critical("cannot start", metadata: ["error": .string(String(describing: error))])
             throw ExitCode(1)
         }
+        var services: [any Service] = []
+        if config.admin.enabled {
+            let admin = AdminServer(config: config.admin, gateway: server, logger: logger) { registry.emitToBuffer() }
+            services.append(AdminService(admin: admin, address: config.admin.address, logger: logger))
+        }
+        services.append(ProxyService(server: server, logger: logger, onStart: onStart))
+        let group = ServiceGroup(configuration: .init(services: services.map { .init(service: $0) },
+                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
-            try server.start()
-            if config.admin.enabled {
-                let admin = AdminServer(config: config.admin, gateway: server, logger: logger) {
-                    registry.emitToBuffer()
-                }
-                let port = try admin.start()
-                logger.info("admin listening", metadata: ["address": .string(config.admin.address), "port": .stringConvertible(port)])
-                services.append(AdminService(admin: admin))
-            }
+            try await group.run()
         } catch {
             logger.critical("cannot start", metadata: ["error": .string(String(describing: error))])
             // Whatever started is stopped, and the upstream clients are shut down before exiting.
             await server.shutdown(drainDelay: .zero, grace: .zero)
             throw ExitCode(1)
         }
-        services.append(ProxyService(server: server, logger: logger))
-        try await onStart(server.port)
-        let group = ServiceGroup(configuration: .init(services: services.map { .init(service: $0) },
-                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
     }
 }
 
-/// The proxy listener: reloads on SIGHUP until a graceful shutdown, then drains and stops.
+/// The proxy listener: binds, reloads on SIGHUP until a graceful shutdown, then drains and stops.
 struct ProxyService: Service {
     let server: GatewayServer
     let logger: Logger
+    let onStart: @Sendable (UInt16) async throws -> Void
 
     func run() async throws {
+        let port = try server.start()
+        try await onStart(port)
         for await _ in await UnixSignalsSequence(trapping: .sighup).cancelOnGracefulShutdown() {
             // Errors are logged by the server; the old configuration keeps serving.
             try? server.reloadFromFile()
         }
         logger.info("shutting down")
-        await server.shutdown()
+        // In a task of its own: the drain's waits must run their course even when the group
+        // cancels this service (another service failed to start).
+        await Task { await server.shutdown() }.value
     }
 }
 
-/// The admin listener: stays up until the group shuts it down, after the proxy has drained.
+/// The admin listener: binds, and stays up until the group shuts it down, after the proxy has drained.
 struct AdminService: Service {
     let admin: AdminServer
+    let address: String
+    let logger: Logger
 
     func run() async throws {
+        let port = try admin.start()
+        logger.info("admin listening", metadata: ["address": .string(address), "port": .stringConvertible(port)])
         try? await gracefulShutdown()
         await admin.stop()
     }

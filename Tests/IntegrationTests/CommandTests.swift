@@ -33,4 +33,34 @@ struct CommandTests {
         #expect(text.contains("Address already in use"))
         #expect(!text.contains("Fatal error") && !text.contains("crashed"), "\(text)")
     }
+
+    @Test("SIGTERM drains and stops the proxy and admin listeners (through ServiceGroup): exit status 0")
+    func sigtermStops() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.binary), "build the portico product first")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("portico-command-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let output = directory.appendingPathComponent("out").path
+        let process = try ChildProcess(executable: Self.binary, arguments: ["demo", "--port", "0", "--admin-port", "0"],
+                                       standardOutput: .file(output), standardError: .file(output))
+        let log: @Sendable () -> String = { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
+        do {
+            try await Eventually.wait(timeout: .seconds(60), "both listeners") {
+                log().contains("msg=\"admin listening\"") && log().contains("msg=listening")
+            }
+            // `msg=listening address=127.0.0.1 port=N`: the proxy's port, chosen by the kernel.
+            let line = try #require(log().split(separator: "\n").first { $0.contains("msg=listening") })
+            let port = try #require(line.split(separator: " ").first { $0.hasPrefix("port=") }.flatMap { Int($0.dropFirst(5)) })
+            let connection = try RawHTTPConnection(port: port)
+            try await connection.send("GET /ping HTTP/1.1\r\nHost: demo\r\n\r\n")
+            #expect(try await connection.readResponse()?.status == 200)
+            process.signal(SIGTERM)
+            let status = await process.waitForExit(timeout: .seconds(60))
+            #expect(status == 0, "\(log())")
+            #expect(log().contains("msg=stopped"))
+        } catch {
+            await process.terminate()
+            throw error
+        }
+    }
 }
