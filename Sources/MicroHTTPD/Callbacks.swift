@@ -271,9 +271,7 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
     defer { MHD_destroy_response(mhdResponse) }
     for (name, value) in response.headers {
         // libmicrohttpd frames the body itself.
-        if name.isFieldName("content-length") || name.isFieldName("transfer-encoding") || name.isFieldName("connection") {
-            continue
-        }
+        if ServerResponse.isFramingField(name) { continue }
         // Explicit C strings: passing a String directly copies a short one to the heap first.
         let added = name.withCString { name in
             value.withCString { value in MHD_add_response_header(mhdResponse, name, value) }

@@ -100,10 +100,9 @@ final class ServerCore: Sendable {
         var port: UInt16 = 0
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
-        /// Every open connection's timer, for the watchdog; its count is what `connectionLimit` limits.
-        var connections: [ObjectIdentifier: ConnectionTimer] = [:]
-        /// The same connections (same keys), as their own threads find them (`answerRefusal`).
-        var handles: [ObjectIdentifier: ConnectionHandle] = [:]
+        /// Every open connection, by its timer: the timer for the watchdog, the handle for its own
+        /// thread (`answerRefusal`). Its count is what `connectionLimit` limits.
+        var connections: [ObjectIdentifier: (timer: ConnectionTimer, handle: ConnectionHandle?)] = [:]
         /// Connections refused past `connectionLimit` since the watchdog last logged them.
         var refusedSinceLog = 0
         /// libmicrohttpd's messages about clients that left mid-exchange, since the watchdog last logged them.
@@ -311,11 +310,8 @@ final class ServerCore: Sendable {
         advance(to: .stopped)
         // Connections libmicrohttpd closed without a close notification keep no descriptor of ours.
         let timers = state.withLock { state in
-            defer {
-                state.connections.removeAll()
-                state.handles.removeAll()
-            }
-            return Array(state.connections.values)
+            defer { state.connections.removeAll() }
+            return state.connections.values.map(\.timer)
         }
         for timer in timers { timer.markClosed() }
         daemon.logTarget.deinitialize(count: 1)
@@ -330,8 +326,7 @@ final class ServerCore: Sendable {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
         guard getrlimit(resource, &limit) == 0 else { return }
-        // Two per connection (see ConnectionTimer), and room for upstream connections and files.
-        let wanted = rlim_t(clamping: 2 * max(1, configuration.connectionLimit) + 1024)
+        let wanted = rlim_t(clamping: ServerConfiguration.descriptorsNeeded(connectionLimit: configuration.connectionLimit))
         if limit.rlim_cur < wanted && limit.rlim_cur < limit.rlim_max {
             var raised = limit
             raised.rlim_cur = min(wanted, limit.rlim_max)
@@ -384,7 +379,7 @@ final class ServerCore: Sendable {
 
     private func expireSlowConnections() {
         let now = ContinuousClock.now
-        let timers = state.withLock { Array($0.connections.values) }
+        let timers = state.withLock { $0.connections.values.map(\.timer) }
         var heads = 0, bodies = 0
         for timer in timers {
             switch timer.expire(now: now) {
@@ -420,17 +415,13 @@ final class ServerCore: Sendable {
                 state.refusedSinceLog += 1
                 return false
             }
-            state.connections[ObjectIdentifier(timer)] = timer
-            state.handles[ObjectIdentifier(timer)] = handle
+            state.connections[ObjectIdentifier(timer)] = (timer, handle)
             return true
         }
     }
 
     func closed(_ timer: ConnectionTimer) {
-        state.withLock { state in
-            state.connections.removeValue(forKey: ObjectIdentifier(timer))
-            state.handles.removeValue(forKey: ObjectIdentifier(timer))
-        }
+        _ = state.withLock { $0.connections.removeValue(forKey: ObjectIdentifier(timer)) }
     }
 
     /// Reserves a suspension for a complete request; false once the server is closing.
@@ -493,7 +484,9 @@ final class ServerCore: Sendable {
     /// and handed to the access handler in one go, so no other connection is in that state.
     private func answerRefusal(_ refusal: LibraryRefusal) {
         let current = pthread_self()
-        let handles = state.withLock { state in state.handles.values.filter { pthread_equal($0.thread, current) != 0 } }
+        let handles = state.withLock { state in
+            state.connections.values.compactMap { $0.handle }.filter { pthread_equal($0.thread, current) != 0 }
+        }
         let refusing = handles.filter { handle in
             let context = handle.context.takeUnretainedValue()
             guard let request = context.request, !request.headersSeen else { return false }

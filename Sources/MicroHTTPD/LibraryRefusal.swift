@@ -54,6 +54,11 @@ struct ConnectionHandle: @unchecked Sendable {
 }
 
 extension ServerResponse {
+    /// Fields the server writes itself from the body and the connection's fate, never a handler's.
+    static func isFramingField(_ name: String) -> Bool {
+        name.isFieldName("content-length") || name.isFieldName("transfer-encoding") || name.isFieldName("connection")
+    }
+
     /// The response as HTTP/1.1 bytes, for the rare answer Portico writes to a socket itself.
     /// It closes the connection.
     func serialized(date: String) -> [UInt8] {
@@ -61,8 +66,7 @@ extension ServerResponse {
         let reason = MHD_get_reason_phrase_for(UInt32(status)).map { String(cString: $0) } ?? ""
         var head = "HTTP/1.1 \(status) \(reason)\r\nDate: \(date)\r\nConnection: close\r\nContent-Length: \(body.count)\r\n"
         for (name, value) in headers {
-            if name.isFieldName("content-length") || name.isFieldName("transfer-encoding")
-                || name.isFieldName("connection") || name.isFieldName("date") { continue }
+            if Self.isFramingField(name) || name.isFieldName("date") { continue }
             // The same fields libmicrohttpd would refuse are never written.
             guard !name.utf8.contains(where: { $0 <= 0x20 || $0 == UInt8(ascii: ":") || $0 == 0x7F }),
                   !value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { continue }

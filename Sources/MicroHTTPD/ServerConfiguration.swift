@@ -41,6 +41,15 @@ public struct ServerConfiguration: Sendable {
 
     public init() {}
 
+    /// Descriptors kept for everything but client connections: upstream connections, files.
+    public static let descriptorReserve = 1024
+
+    /// The descriptors `connectionLimit` client connections need: two each (libmicrohttpd's
+    /// socket and the duplicate `ConnectionTimer` shuts down), and `descriptorReserve`.
+    public static func descriptorsNeeded(connectionLimit: Int) -> Int {
+        2 * max(1, connectionLimit) + descriptorReserve
+    }
+
     /// A certificate chain and its private key, both PEM.
     public struct TLS: Sendable {
         public var certificatePEM: [UInt8]

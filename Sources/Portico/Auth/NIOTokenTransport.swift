@@ -97,7 +97,9 @@ final class NIOTokenTransport: TokenTransport {
             case .timeout?, .connectTimeout?, nil: throw TokenEndpointError(.timeout)
             case .responseTooLarge?: throw TokenEndpointError(.malformed("response larger than \(limit) bytes"))
             case .tls(let detail)?: throw TokenEndpointError(.transport("TLS failure: \(detail)"))
-            case let other?: throw TokenEndpointError(.transport("request failed (\(other))"))
+            // In words, as the AsyncHTTPClient path says them; never the token URL.
+            case .connectFailed(let detail)?, .connectionClosed(let detail)?, .protocolError(let detail)?:
+                throw TokenEndpointError(.transport(detail))
             }
         }
         return (Int(response.head.status.code), Data(response.body.readableBytesView))

@@ -1,3 +1,4 @@
+import MicroHTTPD
 import Synchronization
 
 /// Request ids: a client's `X-Request-ID` is kept when it is well-formed, otherwise one is made.
@@ -14,6 +15,11 @@ public enum RequestID {
             default: false
             }
         }
+    }
+
+    /// The id of a request: the client's `X-Request-ID` when it is well-formed, otherwise a new one.
+    static func accepted(from request: ServerRequest) -> String {
+        request.header("x-request-id").flatMap { isWellFormed($0) ? $0 : nil } ?? generate()
     }
 
     /// A new id: 16 bytes as 32 lowercase hex characters. Unique within the process (a counter

@@ -1,10 +1,11 @@
+import MicroHTTPD
+
 /// How many client connections the listener takes when `listen.connection_limit` is not set:
 /// as many as the process's descriptor limit allows, up to 10 000.
 ///
-/// Each client connection holds two descriptors (libmicrohttpd's socket and the duplicate the
-/// slow-client timer shuts down), and 1024 more are kept for upstream connections and files:
-/// the same sum the listener raises its soft limit to, and warns about when the hard limit is
-/// short. A default sized here never makes it warn (unless the hard limit is under
+/// The listener needs `ServerConfiguration.descriptorsNeeded` descriptors (two per client
+/// connection and a reserve): the sum it raises its soft limit to, and warns about when the hard
+/// limit is short. A default sized here never makes it warn (unless the hard limit is under
 /// `2 × minimumDefault + 1024`); an explicit setting is taken as written, warning and all.
 public enum ConnectionLimitSizing {
     /// The default where descriptors are plentiful (or unlimited).
@@ -12,7 +13,7 @@ public enum ConnectionLimitSizing {
     /// The default is never sized below this.
     public static let minimumDefault = 64
     /// Descriptors kept for everything but client connections.
-    public static let reserve = 1024
+    public static let reserve = ServerConfiguration.descriptorReserve
 
     /// The connection limit for `configured` (`listen.connection_limit`, `nil` when not set)
     /// under the hard descriptor limit `descriptorLimit` (`nil` when unknown or unlimited).
@@ -27,6 +28,6 @@ public enum ConnectionLimitSizing {
 
     /// Descriptors `connectionLimit` connections need.
     public static func descriptorsNeeded(connectionLimit: Int) -> Int {
-        2 * max(1, connectionLimit) + reserve
+        ServerConfiguration.descriptorsNeeded(connectionLimit: connectionLimit)
     }
 }

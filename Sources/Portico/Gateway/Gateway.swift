@@ -84,8 +84,7 @@ public final class Gateway: Sendable {
     public func refused(_ serverRequest: ServerRequest, _ refusal: ServerRefusal) -> ServerResponse {
         let start = ContinuousClock.now
         metrics.requestStarted()
-        let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
-            ?? RequestID.generate()
+        let requestID = RequestID.accepted(from: serverRequest)
         let error = GatewayError(refusal)
         return answered(serverRequest, Refusal(error: error, requestID: requestID, isHead: false, close: true), since: start)
     }
@@ -132,8 +131,7 @@ public final class Gateway: Sendable {
     /// does before its route's chain.
     private func prepare(_ serverRequest: ServerRequest) -> Prepared {
         let runtime = current
-        let requestID = serverRequest.header("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
-            ?? RequestID.generate()
+        let requestID = RequestID.accepted(from: serverRequest)
         let isHead = serverRequest.method == "HEAD"
 
         let request: GatewayRequest
