@@ -84,6 +84,7 @@ extension GatewayError {
             case upstreamTLSError = "upstream_tls_error"
             case responseHeadTooLarge = "response_head_too_large"
             case internalError = "internal_error"
+            case clientClosedRequest = "client_closed_request"
         }
 
         private let value: Code
@@ -133,6 +134,8 @@ extension GatewayError {
         public static let responseHeadTooLarge = Kind(.responseHeadTooLarge)
         /// 500: a failure the gateway did not expect.
         public static let internalError = Kind(.internalError)
+        /// The client went away before its response was complete (nginx's 499; never sent).
+        public static let clientClosedRequest = Kind(.clientClosedRequest)
 
         /// The response status.
         public var status: HTTPResponse.Status {
@@ -149,6 +152,7 @@ extension GatewayError {
             case .upstreamConnectFailed, .upstreamConnectionClosed, .upstreamResponseTooLarge, .upstreamProtocolError,
                  .upstreamTLSError, .responseHeadTooLarge: .badGateway
             case .internalError: .internalServerError
+            case .clientClosedRequest: HTTPResponse.Status(code: 499, reasonPhrase: "Client Closed Request")
             }
         }
 
@@ -221,6 +225,10 @@ extension GatewayError {
     }
     public static func internalError(_ message: String = "internal error") -> GatewayError {
         GatewayError(.internalError, message: message)
+    }
+    /// The client closed its connection before the exchange was over.
+    public static func clientClosedRequest() -> GatewayError {
+        GatewayError(.clientClosedRequest, message: "the client closed the connection")
     }
 }
 

@@ -9,8 +9,13 @@ public struct RequestContext: Sendable {
     public var route: String?
     /// The upstream the route forwards to, if any.
     public var upstream: String?
-    /// The whole request must be answered by this instant.
+    /// The response head must be there by this instant (the route's `timeout`); a streamed
+    /// body then flows under `streamIdleTimeout` and `maxStreamDuration` instead.
     public var deadline: ContinuousClock.Instant
+    /// The longest silence between two chunks of a streamed body (the route's `stream_idle_timeout`).
+    public var streamIdleTimeout: Duration = .seconds(60)
+    /// The longest a streamed response may last in all (`max_stream_duration`); `nil`: no limit.
+    public var maxStreamDuration: Duration?
     /// A logger with the request id and route attached as metadata. Made when asked for: most
     /// requests never log through it, and attaching metadata copies a dictionary.
     public var logger: Logger {

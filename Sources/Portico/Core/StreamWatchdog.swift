@@ -1,0 +1,65 @@
+import Synchronization
+
+/// Enforces a streamed body's timeouts on the gateway's clock: `idle`, the longest silence
+/// between two chunks, and `maxDuration`, the longest it may last. A writer calls `touch` for
+/// every chunk; when either limit passes, `onExpire` runs once (fail the writer, cancel the
+/// upstream) and the watchdog stops. One task per stream, sleeping until the next moment a
+/// limit could pass, so a busy stream costs one atomic store per chunk.
+public final class StreamWatchdog: Sendable {
+    private let clock: any GatewayClock
+    private let idle: Duration
+    private let started: ContinuousClock.Instant
+    private let maxEnd: ContinuousClock.Instant?
+    /// Nanoseconds from `started` to the last chunk.
+    private final class LastChunk: Sendable {
+        let nanoseconds = Atomic<Int64>(0)
+    }
+    private let lastChunk = LastChunk()
+    private let task = Mutex<Task<Void, Never>?>(nil)
+
+    public init(clock: any GatewayClock, idle: Duration, maxDuration: Duration?,
+                onExpire: @escaping @Sendable (GatewayError) -> Void) {
+        self.clock = clock
+        self.idle = idle
+        let now = clock.now
+        self.started = now
+        self.maxEnd = maxDuration.map { now.advanced(by: $0) }
+        let watch = Task { [clock, idle, maxEnd, started, lastChunk] in
+            while !Task.isCancelled {
+                let last = started.advanced(by: .nanoseconds(lastChunk.nanoseconds.load(ordering: .relaxed)))
+                var wake = last.advanced(by: idle)
+                if let maxEnd { wake = min(wake, maxEnd) }
+                let now = clock.now
+                if now >= wake {
+                    if let maxEnd, now >= maxEnd {
+                        onExpire(GatewayError(.upstreamTimeout, message: "the stream lasted longer than max_stream_duration (\(maxDuration!))"))
+                    } else {
+                        onExpire(GatewayError(.upstreamTimeout, message: "no data for \(idle) (stream_idle_timeout)"))
+                    }
+                    return
+                }
+                do { try await clock.sleep(until: wake) } catch { return }
+            }
+        }
+        task.withLock { $0 = watch }
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// A chunk arrived: the idle limit counts from now.
+    public func touch() {
+        let elapsed = started.duration(to: clock.now)
+        let (seconds, attoseconds) = elapsed.components
+        lastChunk.nanoseconds.store(seconds * 1_000_000_000 + attoseconds / 1_000_000_000, ordering: .relaxed)
+    }
+
+    /// The stream is over: no more expiry.
+    public func stop() {
+        task.withLock { task in
+            task?.cancel()
+            task = nil
+        }
+    }
+}
