@@ -53,6 +53,17 @@ public final class TestUpstream: Sendable {
             case closeAfterBody(declaredLength: Int)
             /// Never answer (the connection stays open until the client leaves or shutdown).
             case never
+            /// Send the head, then each piece `body` yields as it comes (chunked, unless the
+            /// headers declare a `Content-Length`), then end as `end` says.
+            case streamed(AsyncStream<[UInt8]>, end: StreamEnd)
+        }
+
+        /// How a streamed body ends.
+        public enum StreamEnd: Sendable {
+            /// The terminating chunk (or nothing more, with a declared length), keep-alive.
+            case complete
+            /// Close the connection: no terminating chunk.
+            case close
         }
 
         public var status: Int
@@ -119,6 +130,15 @@ public final class TestUpstream: Sendable {
         public static var never: Response {
             var response = Response()
             response.ending = .never
+            return response
+        }
+
+        /// A response whose body is sent piece by piece as `body` yields: chunked unless
+        /// `headers` declare a `Content-Length`.
+        public static func streamed(status: Int = 200, headers: [(name: String, value: String)] = [],
+                                    _ body: AsyncStream<[UInt8]>, end: StreamEnd = .complete) -> Response {
+            var response = Response(status: status, headers: headers)
+            response.ending = .streamed(body, end: end)
             return response
         }
 
@@ -258,6 +278,18 @@ public final class TestUpstream: Sendable {
                     }
                     try await outbound.write(Self.serialize(response, for: request))
                     if case .closeAfterBody = response.ending { return }
+                    if case .streamed(let pieces, let end) = response.ending {
+                        let chunked = !Self.declaresLength(response)
+                        for await piece in pieces where !piece.isEmpty {
+                            var out = ByteBuffer()
+                            if chunked { out.writeString(String(piece.count, radix: 16) + "\r\n") }
+                            out.writeBytes(piece)
+                            if chunked { out.writeString("\r\n") }
+                            try await outbound.write(out)
+                        }
+                        guard case .complete = end else { return }
+                        if chunked { try await outbound.write(ByteBuffer(string: "0\r\n\r\n")) }
+                    }
                     if !h.isKeepAlive { return }
                 }
             }
@@ -276,6 +308,10 @@ public final class TestUpstream: Sendable {
         }
     }
 
+    private static func declaresLength(_ response: Response) -> Bool {
+        response.headers.contains { $0.name.lowercased() == "content-length" }
+    }
+
     static func serialize(_ response: Response, for request: Request) -> ByteBuffer {
         var out = ByteBuffer()
         let reason = response.reason ?? HTTPResponseStatus(statusCode: response.status).reasonPhrase
@@ -290,6 +326,8 @@ public final class TestUpstream: Sendable {
         }
         if case .closeAfterBody(let declared) = response.ending {
             out.writeString("Content-Length: \(declared)\r\n")
+        } else if case .streamed = response.ending {
+            if !framed && !bodiless { out.writeString("Transfer-Encoding: chunked\r\n") }
         } else if !framed && !bodiless {
             out.writeString("Content-Length: \(response.body.count)\r\n")
         }
