@@ -148,6 +148,17 @@ static inline ssize_t portico_mhd_no_content(void *cls, uint64_t pos, char *buf,
     return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
+/* A streamed response: MHD_SIZE_UNKNOWN (a macro Swift does not import) for no declared length,
+   sent chunked to HTTP/1.1 clients. */
+static inline struct MHD_Response *portico_mhd_create_stream_response(int has_length, uint64_t length, size_t block,
+                                                                       MHD_ContentReaderCallback reader, void *cls,
+                                                                       MHD_ContentReaderFreeCallback release) {
+    return MHD_create_response_from_callback(has_length ? length : MHD_SIZE_UNKNOWN, block, reader, cls, release);
+}
+static const ssize_t portico_reader_end = MHD_CONTENT_READER_END_OF_STREAM;
+static const ssize_t portico_reader_error = MHD_CONTENT_READER_END_WITH_ERROR;
+static const enum MHD_RequestTerminationCode portico_completed_ok = MHD_REQUEST_TERMINATED_COMPLETED_OK;
+
 static inline struct MHD_Response *portico_mhd_create_head_response(uint64_t content_length) {
     return MHD_create_response_from_callback(content_length, 4096, &portico_mhd_no_content, NULL, NULL);
 }

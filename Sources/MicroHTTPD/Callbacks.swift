@@ -32,7 +32,7 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
         let core = server(cls)
         let socket = connection.map { portico_mhd_connection_fd($0) } ?? -1
         let timer = ConnectionTimer(deadline: .now + core.configuration.headerTimeout)
-        let context = ConnectionContext(clientAddress: client, timer: timer)
+        let context = ConnectionContext(clientAddress: client, timer: timer, suspension: connection.map { Suspension(connection: $0) })
         let handle = connection.map {
             ConnectionHandle(connection: $0, context: Unmanaged.passUnretained(context), socket: socket, thread: pthread_self())
         }
@@ -48,6 +48,7 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
     case portico_notify_closed:
         guard let raw = socketContext.pointee else { return }
         let context = Unmanaged<ConnectionContext>.fromOpaque(raw).takeRetainedValue()
+        context.suspension?.close()
         context.timer.markClosed()
         let core = server(cls)
         core.closed(context.timer)
@@ -64,15 +65,31 @@ let mhdURILog: portico_uri_log_callback = { cls, uri, connection in
     let target = uri.map { String(cString: $0) } ?? "/"
     let now = ContinuousClock.now
     context.request = RequestInProgress(target: target, startedAt: now)
+    context.suspension?.reset()
     context.timer.tighten(to: now + server(cls).configuration.headerTimeout)
     return Unmanaged.passUnretained(context).toOpaque()
 }
 
 /// MHD_OPTION_NOTIFY_COMPLETED: the request is over (answered, or the connection failed).
-let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, _ in
+let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, termination in
     guard let context = connectionContext(connection) else { return }
     context.request = nil
     let core = server(cls)
+    if let upload = context.upload {
+        // The connection failed mid-body (the client left, or was too slow).
+        context.upload = nil
+        upload.sink?.fail(.clientGone)
+    }
+    if let pending = context.pending, !pending.isOver {
+        // Its connection is gone while the handler works (a streamed upload cut short): the
+        // work is cancelled; there is nothing to resume.
+        pending.complete(ServerResponse(status: 499, closeConnection: true))
+    }
+    if let streaming = context.streaming {
+        context.streaming = nil
+        core.streamEnded(streaming)
+        streaming.finished(ok: termination == portico_completed_ok)
+    }
     // Until the next request line: libmicrohttpd's idle timeout, then the head's own.
     context.timer.arm(.head, until: .now + core.configuration.idleTimeout + core.configuration.headerTimeout)
     core.released(context)
@@ -94,9 +111,6 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     let core = server(cls)
     guard let context = connectionContext(connection) else { return portico_no }
 
-    if let pending = context.pending, let response = pending.response {
-        return answerResumed(response, pending: pending, context: context, connection: connection, core: core)
-    }
     let request: RequestInProgress
     if let current = context.request {
         request = current
@@ -107,17 +121,10 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
     }
     let call = AccessCall(core: core, context: context, connection: connection, request: request,
                           method: method.map { String(cString: $0) } ?? "GET", versionText: version)
+    if let pending = context.pending { return call.handedOver(pending, upload: uploadData, size: uploadDataSize) }
     if !request.headersSeen { return call.headReceived() }
     if uploadDataSize.pointee > 0 { return call.bodyChunk(uploadData, size: uploadDataSize) }
     return call.requestComplete()
-}
-
-/// Resumed: the handler has answered; queue its response.
-private func answerResumed(_ response: ServerResponse, pending: PendingResponse, context: ConnectionContext,
-                           connection: OpaquePointer, core: ServerCore) -> MHD_Result {
-    core.released(context)
-    return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
-                 draining: core.isDraining)
 }
 
 /// One call of the access handler for a request being read, on the connection's own thread.
@@ -148,10 +155,115 @@ private struct AccessCall {
         if let refusal = RequestHeadRules.problem(version: version, target: request.target, headers: request.headers) {
             return refuse(refusal)
         }
-        if let length = request.headers.first(where: { $0.name.isFieldName("content-length") })?.value,
-           let declared = Int(length.filter { $0 != " " && $0 != "\t" }), declared > limits.maxBodyBytes {
+        let declared = request.headers.first(where: { $0.name.isFieldName("content-length") })
+            .flatMap { Int($0.value.filter { $0 != " " && $0 != "\t" }) }
+        if let declared, declared > limits.maxBodyBytes {
             // Answered before the body is read; libmicrohttpd closes the connection afterwards.
             return refuse(.bodyTooLarge(limit: limits.maxBodyBytes))
+        }
+        // A large or chunked body streams: the handler is asked now and takes it as it comes.
+        let chunked = request.headers.contains { $0.name.isFieldName("transfer-encoding") }
+        if chunked || (declared ?? 0) > limits.bufferedBodyBytes {
+            return handOverStreamed(length: chunked ? nil : declared)
+        }
+        return portico_yes
+    }
+
+    /// Hands a request whose body streams to the handler as soon as its head is in. The body
+    /// then goes to the sink the handler returns, chunk by chunk as libmicrohttpd reads it;
+    /// the connection is parked while the sink is full.
+    private func handOverStreamed(length: Int?) -> MHD_Result {
+        let isHead = method == "HEAD"
+        guard let suspension = context.suspension, core.admit() else {
+            return queue(limits.refusalResponse(.shuttingDown, nil, nil), on: connection, isHead: isHead, draining: true,
+                         context: context, core: core)
+        }
+        let serverRequest = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
+                                          clientAddress: context.clientAddress, streamedBody: .init(length: length),
+                                          deadline: deadline)
+        switch core.answering(serverRequest) {
+        case .now(var response):
+            core.withdraw()
+            // Answered before the body is read: libmicrohttpd discards it and closes the connection.
+            response.closeConnection = true
+            return queue(fitted(response, after: request, core: core), on: connection, isHead: isHead, draining: true,
+                         context: context, core: core)
+        case .later(let work, let requestID, let sink):
+            // The handler's deadline counts from the body's end (`handedOver`); until then the
+            // client's silence is what is limited, a `requestTimeout` at a time.
+            let pending = PendingResponse(suspension: suspension, deadline: .now + .seconds(365 * 86_400), isHead: isHead,
+                                          requestID: requestID) { [weak core, timer = context.timer] pending in
+                core?.completed(pending, timer: timer)
+            }
+            let timer = context.timer
+            let silence = limits.requestTimeout
+            context.pending = pending
+            context.upload = Upload(sink: sink) {
+                timer.arm(.body, until: .now + silence)
+                suspension.resume()
+            }
+            timer.arm(.body, until: .now + silence)
+            core.register(pending)
+            core.hangUps.watch(pending, on: timer)
+            pending.attach(Task {
+                let response = await work()
+                pending.complete(response)
+            })
+            return portico_yes
+        }
+    }
+
+    /// A call for a request already handed to its handler: the next piece of a streamed body,
+    /// the body's end, or (after a wake) the handler's answer.
+    func handedOver(_ pending: PendingResponse, upload data: UnsafePointer<CChar>?,
+                    size: UnsafeMutablePointer<Int>) -> MHD_Result {
+        if let upload = context.upload {
+            if size.pointee > 0 { return uploadChunk(upload, pending: pending, data: data, size: size) }
+            // The body is complete.
+            context.upload = nil
+            upload.sink?.finish()
+            context.timer.arm(.body, until: nil)
+            pending.deadline = .now + limits.requestTimeout
+        }
+        if let response = pending.response {
+            core.released(context)
+            return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
+                         draining: core.isDraining, context: context, core: core)
+        }
+        // Waiting for the answer; a wake that came first makes libmicrohttpd call again at once.
+        context.suspension?.suspend()
+        return portico_yes
+    }
+
+    /// A piece of a streamed body: counted against `maxBodyBytes` and passed to the sink;
+    /// the connection is parked while the sink is full.
+    private func uploadChunk(_ upload: Upload, pending: PendingResponse, data: UnsafePointer<CChar>?,
+                             size: UnsafeMutablePointer<Int>) -> MHD_Result {
+        let count = size.pointee
+        upload.received += count
+        if upload.received > limits.maxBodyBytes {
+            // Cut as it flows: the connection is closed, and the handler's stream fails.
+            upload.sink?.fail(.tooLarge(limit: limits.maxBodyBytes))
+            upload.sink = nil
+            core.log("request body over \(limits.maxBodyBytes) bytes: closing the connection")
+            return portico_no
+        }
+        size.pointee = 0
+        // Once the handler has answered (or stopped reading), the rest is read and dropped:
+        // libmicrohttpd queues an answer only after the whole request.
+        guard let sink = upload.sink, pending.response == nil, let data else {
+            upload.sink = nil
+            return portico_yes
+        }
+        switch sink.write(UnsafeRawBufferPointer(start: data, count: count), resume: upload.resume) {
+        case .accepted:
+            context.timer.arm(.body, until: .now + limits.requestTimeout)
+        case .full:
+            // Not the client's silence: no body deadline while parked (`resume` re-arms it).
+            context.timer.arm(.body, until: nil)
+            context.suspension?.suspend()
+        case .closed:
+            upload.sink = nil
         }
         return portico_yes
     }
@@ -183,9 +295,10 @@ private struct AccessCall {
         request.body = []
         // Counted as suspended before it is: `stop` must never find none while one is being
         // suspended. Admitted before the handler runs, so work it returns is always run.
-        guard core.admit() else {
+        guard let suspension = context.suspension, core.admit() else {
             // `stop` is past its grace: MHD_stop_daemon aborts on a suspended connection, so answer now.
-            return queue(limits.refusalResponse(.shuttingDown, nil, nil), on: connection, isHead: isHead, draining: true)
+            return queue(limits.refusalResponse(.shuttingDown, nil, nil), on: connection, isHead: isHead, draining: true,
+                         context: context, core: core)
         }
         let work: @Sendable () async -> ServerResponse
         let requestID: String?
@@ -193,18 +306,18 @@ private struct AccessCall {
         case .now(let response):
             core.withdraw()
             return queue(fitted(response, after: request, core: core), on: connection, isHead: isHead,
-                         draining: core.isDraining)
-        case .later(let later, let id):
+                         draining: core.isDraining, context: context, core: core)
+        case .later(let later, let id, _):
             work = later
             requestID = id
         }
-        let pending = PendingResponse(connection: connection, deadline: serverRequest.deadline,
+        let pending = PendingResponse(suspension: suspension, deadline: serverRequest.deadline,
                                       isHead: isHead, requestID: requestID) { [weak core, timer = context.timer] pending in
             core?.completed(pending, timer: timer)
         }
         context.pending = pending
         context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
-        MHD_suspend_connection(connection)
+        suspension.suspend()
         core.register(pending)
         // libmicrohttpd does not poll a suspended connection: its client leaving is watched for here.
         core.hangUps.watch(pending, on: context.timer)
@@ -220,7 +333,8 @@ private struct AccessCall {
     private func refuse(_ refusal: ServerRefusal) -> MHD_Result {
         let received = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
                                      clientAddress: context.clientAddress, deadline: deadline)
-        return queue(limits.refusalResponse(refusal, received, nil), on: connection, isHead: false, draining: true)
+        return queue(limits.refusalResponse(refusal, received, nil), on: connection, isHead: false, draining: true,
+                     context: context, core: core)
     }
 }
 
@@ -254,16 +368,34 @@ private func fitted(_ response: ServerResponse, after request: RequestInProgress
 }
 
 /// Builds the libmicrohttpd response and queues it. Every C call's result is checked.
-private func queue(_ response: ServerResponse, on connection: OpaquePointer, isHead: Bool, draining: Bool) -> MHD_Result {
+private func queue(_ response: ServerResponse, on connection: OpaquePointer, isHead: Bool, draining: Bool,
+                   context: ConnectionContext, core: ServerCore) -> MHD_Result {
     var status = response.status
     var payload = response.payload
     if !(100...599).contains(status) {
         status = 502
         payload = .bytes(Array("invalid response status\n".utf8))
     }
+    if case .stream(let source, _) = response.payload, isHead || !(100...599).contains(response.status) {
+        // Never read: a HEAD answer carries only the length.
+        source.close(delivered: true)
+    }
     let mhdResponse: OpaquePointer?
+    var streaming: StreamingResponse?
     if isHead, let length = response.headContentLength {
         mhdResponse = portico_mhd_create_head_response(length)
+    } else if case .stream(let source, let length) = payload, let suspension = context.suspension {
+        let stream = StreamingResponse(source: source, suspension: suspension, timer: context.timer)
+        let retained = Unmanaged.passRetained(stream)
+        // A known length is sent from a 64 KiB buffer of the response's own; a chunked body from
+        // the connection's write buffer (what its memory pool has left).
+        mhdResponse = portico_mhd_create_stream_response(length == nil ? 0 : 1, length ?? 0, 64 * 1024,
+                                                         streamingReader, retained.toOpaque(), streamingRelease)
+        if mhdResponse == nil {
+            retained.release()
+            source.close(delivered: false)
+        }
+        streaming = stream
     } else {
         mhdResponse = makeResponse(payload)
     }
@@ -284,7 +416,12 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
     if response.closeConnection || draining {
         _ = MHD_add_response_header(mhdResponse, "Connection", "close")
     }
-    return MHD_queue_response(connection, UInt32(status), mhdResponse)
+    let queued = MHD_queue_response(connection, UInt32(status), mhdResponse)
+    if let streaming, queued == portico_yes {
+        context.streaming = streaming
+        core.streaming(streaming)
+    }
+    return queued
 }
 
 /// A libmicrohttpd response holding the body: copied, or for shared bytes, read in place with
@@ -309,6 +446,10 @@ private func makeResponse(_ payload: ServerResponse.Payload) -> OpaquePointer? {
             if response == nil { retained.release() }
             return response
         }
+    case .stream(let source, _):
+        // Only without a connection to suspend (cannot happen): nothing to send.
+        source.close(delivered: false)
+        return MHD_create_response_from_buffer(0, nil, portico_respmem_must_copy)
     }
 }
 

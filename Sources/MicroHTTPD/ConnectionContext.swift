@@ -12,14 +12,36 @@ import Glibc
 final class ConnectionContext {
     /// The request being read, from its request line on.
     var request: RequestInProgress?
-    /// Set from suspension until the response is queued (or the request is abandoned).
+    /// Set from the handover to the handler until the response is queued (or the request is abandoned).
     var pending: PendingResponse?
+    /// A streamed request body still arriving.
+    var upload: Upload?
+    /// A streamed response being sent.
+    var streaming: StreamingResponse?
     let clientAddress: String
     let timer: ConnectionTimer
+    /// Suspends and resumes this connection (`nil` only without a connection pointer).
+    let suspension: Suspension?
 
-    init(clientAddress: String, timer: ConnectionTimer) {
+    init(clientAddress: String, timer: ConnectionTimer, suspension: Suspension?) {
         self.clientAddress = clientAddress
         self.timer = timer
+        self.suspension = suspension
+    }
+}
+
+/// A streamed request body on its way from the client to the handler's sink.
+final class Upload {
+    /// `nil` once nobody reads it: the rest of the body is read and dropped.
+    var sink: (any RequestBodySink)?
+    /// Bytes received so far (against `maxBodyBytes`).
+    var received = 0
+    /// Given to the sink: wakes a connection parked because the sink was full.
+    let resume: @Sendable () -> Void
+
+    init(sink: (any RequestBodySink)?, resume: @escaping @Sendable () -> Void) {
+        self.sink = sink
+        self.resume = resume
     }
 }
 

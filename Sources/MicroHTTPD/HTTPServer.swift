@@ -22,11 +22,13 @@ public final class HTTPServer: Sendable {
         case now(ServerResponse)
         /// Answered by this work, run in a task while the connection is suspended. `requestID`
         /// (the handler's own name for the request) is passed to `refusalResponse` when the
-        /// server answers instead: past the deadline, or while stopping.
-        case later(@Sendable () async -> ServerResponse, requestID: String? = nil)
+        /// server answers instead: past the deadline, or while stopping. For a request with a
+        /// `streamedBody`, `upload` takes the body as it arrives (without one it is discarded).
+        case later(@Sendable () async -> ServerResponse, requestID: String? = nil, upload: (any RequestBodySink)? = nil)
     }
 
-    /// Called on a libmicrohttpd thread for every complete request. It must not block or wait:
+    /// Called on a libmicrohttpd thread for every complete request (for a streamed body, as
+    /// soon as its head is in). It must not block or wait:
     /// whatever cannot be answered straight away is returned as `.later` work.
     public typealias Answering = @Sendable (ServerRequest) -> Answer
 
@@ -54,6 +56,9 @@ public final class HTTPServer: Sendable {
 
     /// Requests whose handlers are running.
     public var inFlightRequests: Int { core.inFlightCount }
+
+    /// Responses whose bodies are streaming to their clients.
+    public var activeStreams: Int { core.streamCount }
 
     /// Clients noticed leaving while their request was suspended, whose handlers' tasks were
     /// cancelled (libmicrohttpd itself does not watch a suspended connection).
@@ -100,6 +105,8 @@ final class ServerCore: Sendable {
         var port: UInt16 = 0
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
+        /// Response streams being sent: `stop` ends them before stopping the daemons.
+        var streams: [ObjectIdentifier: StreamingResponse] = [:]
         /// Every open connection, by its timer: the timer for the watchdog, the handle for its own
         /// thread (`answerRefusal`). Its count is what `connectionLimit` limits.
         var connections: [ObjectIdentifier: (timer: ConnectionTimer, handle: ConnectionHandle?)] = [:]
@@ -135,6 +142,7 @@ final class ServerCore: Sendable {
 
     var port: UInt16 { state.withLock { $0.port } }
     var inFlightCount: Int { state.withLock { $0.inFlight.count } }
+    var streamCount: Int { state.withLock { $0.streams.count } }
     var lifecycle: ServerLifecycle { ServerLifecycle(rawValue: phase.load(ordering: .sequentiallyConsistent))! }
     /// Answers ask their clients to close the connection from `draining` on. Any thread.
     var isDraining: Bool { phase.load(ordering: .relaxed) >= ServerLifecycle.draining.rawValue }
@@ -280,7 +288,7 @@ final class ServerCore: Sendable {
         let settled = clock.now.advanced(by: min(grace, .milliseconds(250)))
         while clock.now < graceDeadline {
             let idle = clock.now >= settled && state.withLock { state -> Bool in
-                guard state.inFlight.isEmpty else { return false }
+                guard state.inFlight.isEmpty, state.streams.isEmpty else { return false }
                 advance(to: .closing)
                 return true
             }
@@ -292,12 +300,14 @@ final class ServerCore: Sendable {
         // resumed connections get a turn of their thread to queue their answer.
         let flushDeadline = clock.now.advanced(by: .seconds(5))
         while clock.now < flushDeadline {
-            let remaining = state.withLock { Array($0.inFlight.values) }
+            let (remaining, streams) = state.withLock { (Array($0.inFlight.values), Array($0.streams.values)) }
             let suspended = admissions.load(ordering: .sequentiallyConsistent)
             for pending in remaining {
                 pending.complete(configuration.refusalResponse(.shuttingDown, nil, pending.requestID))
             }
-            if suspended == 0 { break }
+            // Streams past the grace are cut (closed short of their framing, never passed off as whole).
+            for stream in streams { stream.abort() }
+            if suspended == 0 && streams.isEmpty { break }
             try? await Task.sleep(for: .milliseconds(5))
         }
         let watchdog = state.withLock { state -> Task<Void, Never>? in
@@ -361,16 +371,14 @@ final class ServerCore: Sendable {
         }
     }
 
-    /// Cancels the work of suspended requests whose clients have left (`HangUpWatch`): the task
-    /// is cancelled, and the socket shut down before the connection is resumed, so libmicrohttpd
-    /// closes it (the response goes nowhere, not even to a client that only half-closed).
+    /// Ends the work of exchanges whose clients have left while libmicrohttpd was not looking
+    /// (`HangUpWatch`): a request's task is cancelled, a response stream's source told.
     private func cancelDeparted() {
         let departed = hangUps.departed()
         guard !departed.isEmpty else { return }
         var cancelled = 0
-        for (pending, timer) in departed {
-            let abandoned = ServerResponse(status: 499, body: Array("client closed the connection\n".utf8), closeConnection: true)
-            if pending.complete(abandoned, beforeResume: { timer.shutDown() }) { cancelled += 1 }
+        for (listener, timer) in departed where listener.clientLeft(timer: timer) {
+            cancelled += 1
         }
         guard cancelled > 0 else { return }
         hangUpCount.wrappingAdd(cancelled, ordering: .relaxed)
@@ -444,6 +452,18 @@ final class ServerCore: Sendable {
     /// A suspended request whose handler is about to run (deadline watchdog, shutdown).
     func register(_ pending: PendingResponse) {
         state.withLock { $0.inFlight[ObjectIdentifier(pending)] = pending }
+    }
+
+    /// A response stream starts: watched for its client leaving and for `stop`.
+    func streaming(_ stream: StreamingResponse) {
+        state.withLock { $0.streams[ObjectIdentifier(stream)] = stream }
+        hangUps.watch(stream, on: stream.timer)
+    }
+
+    /// A response stream's request completed (or its connection closed).
+    func streamEnded(_ stream: StreamingResponse) {
+        _ = state.withLock { $0.streams.removeValue(forKey: ObjectIdentifier(stream)) }
+        hangUps.unwatch(stream, on: stream.timer)
     }
 
     func completed(_ pending: PendingResponse, timer: ConnectionTimer) {

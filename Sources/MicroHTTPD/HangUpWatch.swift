@@ -5,6 +5,15 @@ import Synchronization
 import Glibc
 #endif
 
+/// What a client leaving ends: a request waiting for its handler, a response stream.
+protocol HangUpListener: AnyObject, Sendable {
+    /// The client left: end the work and shut `timer`'s socket down. Returns whether the work
+    /// was still going (counted as a hang-up).
+    func clientLeft(timer: ConnectionTimer) -> Bool
+    /// Whether it is over already.
+    var isOver: Bool { get }
+}
+
 /// Notices clients that leave while their request is suspended.
 ///
 /// Why: libmicrohttpd does not poll a suspended connection, so a client that closes or resets
@@ -20,7 +29,7 @@ final class HangUpWatch: Sendable {
     let descriptor: Int32
 
     private struct Watched {
-        let pending: PendingResponse
+        let listener: any HangUpListener
         let timer: ConnectionTimer
     }
 
@@ -36,44 +45,44 @@ final class HangUpWatch: Sendable {
         if descriptor >= 0 { close(descriptor) }
     }
 
-    /// Watches `pending`'s connection (through `timer`'s descriptor) until `unwatch`.
-    func watch(_ pending: PendingResponse, on timer: ConnectionTimer) {
+    /// Watches `listener`'s connection (through `timer`'s descriptor) until `unwatch`.
+    func watch(_ listener: any HangUpListener, on timer: ConnectionTimer) {
         guard descriptor >= 0 else { return }
         let token = watched.withLock { watched -> UInt64 in
             let token = watched.next
             watched.next += 1
-            watched.byToken[token] = Watched(pending: pending, timer: timer)
-            watched.tokens[ObjectIdentifier(pending)] = token
+            watched.byToken[token] = Watched(listener: listener, timer: timer)
+            watched.tokens[ObjectIdentifier(listener)] = token
             return token
         }
         timer.watchHangUp(in: self, token: token)
-        // Completed already (by the deadline watchdog or `stop`): its `unwatch` may have come first.
-        if pending.response != nil { unwatch(pending, on: timer) }
+        // Over already (answered by the deadline watchdog or `stop`): its `unwatch` may have come first.
+        if listener.isOver { unwatch(listener, on: timer) }
     }
 
-    /// Stops watching `pending`'s connection; idempotent. Called when it is completed, before
-    /// its connection is resumed (so before its descriptor can be closed).
-    func unwatch(_ pending: PendingResponse, on timer: ConnectionTimer) {
+    /// Stops watching `listener`'s connection; idempotent. Called when it is over, before its
+    /// connection can be closed (so before its descriptor is).
+    func unwatch(_ listener: any HangUpListener, on timer: ConnectionTimer) {
         guard descriptor >= 0 else { return }
         watched.withLock { watched in
-            if let token = watched.tokens.removeValue(forKey: ObjectIdentifier(pending)) {
+            if let token = watched.tokens.removeValue(forKey: ObjectIdentifier(listener)) {
                 watched.byToken.removeValue(forKey: token)
             }
         }
         timer.unwatchHangUp()
     }
 
-    /// The suspended requests whose clients have left since the last call. Does not wait.
-    func departed() -> [(pending: PendingResponse, timer: ConnectionTimer)] {
+    /// The watched exchanges whose clients have left since the last call. Does not wait.
+    func departed() -> [(listener: any HangUpListener, timer: ConnectionTimer)] {
         guard descriptor >= 0 else { return [] }
-        var found: [(pending: PendingResponse, timer: ConnectionTimer)] = []
+        var found: [(listener: any HangUpListener, timer: ConnectionTimer)] = []
         var events = [epoll_event](repeating: epoll_event(), count: 64)
         while true {
             let count = epoll_wait(descriptor, &events, Int32(events.count), 0)
             guard count > 0 else { break }
             watched.withLock { watched in
                 for event in events[0..<Int(count)] {
-                    if let entry = watched.byToken[event.data.u64] { found.append((entry.pending, entry.timer)) }
+                    if let entry = watched.byToken[event.data.u64] { found.append((entry.listener, entry.timer)) }
                 }
             }
             // Each registration is one-shot: a full batch means there may be more.

@@ -1,36 +1,36 @@
 import CMicroHTTPD
 import Synchronization
 
-/// A suspended connection waiting for its handler. Completion is idempotent: the first of
-/// handler, deadline watchdog or shutdown to answer wins, and the connection is resumed
-/// exactly once.
+/// A request handed to its handler, its connection suspended while it waits (or still reading
+/// a streamed body). Completion is idempotent: the first of handler, deadline watchdog,
+/// hang-up or shutdown to answer wins, and the connection is woken once.
 final class PendingResponse: Sendable {
-    /// The libmicrohttpd connection, valid until it is resumed and its request completes.
-    /// `MHD_resume_connection` may be called from any thread; nothing else touches it here.
-    struct Connection: @unchecked Sendable {
-        let pointer: OpaquePointer
-    }
-
     private struct State {
         var response: ServerResponse?
         var task: Task<Void, Never>?
+        var deadline: ContinuousClock.Instant
     }
 
-    let connection: Connection
-    let deadline: ContinuousClock.Instant
+    let suspension: Suspension
     let isHead: Bool
     /// The handler's name for the request, for the server's own answers.
     let requestID: String?
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     private let onComplete: @Sendable (PendingResponse) -> Void
 
-    init(connection: OpaquePointer, deadline: ContinuousClock.Instant, isHead: Bool, requestID: String?,
+    init(suspension: Suspension, deadline: ContinuousClock.Instant, isHead: Bool, requestID: String?,
          onComplete: @escaping @Sendable (PendingResponse) -> Void) {
-        self.connection = Connection(pointer: connection)
-        self.deadline = deadline
+        self.suspension = suspension
         self.isHead = isHead
         self.requestID = requestID
         self.onComplete = onComplete
+        self.state = Mutex(State(deadline: deadline))
+    }
+
+    /// When the server answers for the handler (the watchdog's 504).
+    var deadline: ContinuousClock.Instant {
+        get { state.withLock { $0.deadline } }
+        set { state.withLock { $0.deadline = newValue } }
     }
 
     func attach(_ task: Task<Void, Never>) {
@@ -58,10 +58,21 @@ final class PendingResponse: Sendable {
         task?.cancel()
         onComplete(self)
         beforeResume()
-        MHD_resume_connection(connection.pointer)
+        suspension.resume()
         return true
     }
 
     /// The response, once completed.
     var response: ServerResponse? { state.withLock { $0.response } }
+}
+
+extension PendingResponse: HangUpListener {
+    /// The work is cancelled and the socket shut down before the connection is woken, so
+    /// libmicrohttpd closes it (the answer goes nowhere, not even to a client that only half-closed).
+    func clientLeft(timer: ConnectionTimer) -> Bool {
+        let abandoned = ServerResponse(status: 499, body: Array("client closed the connection\n".utf8), closeConnection: true)
+        return complete(abandoned, beforeResume: { timer.shutDown() })
+    }
+
+    var isOver: Bool { response != nil }
 }

@@ -23,8 +23,11 @@ public struct ServerConfiguration: Sendable {
     /// libmicrohttpd's memory per connection: the request head with its field records, then
     /// the response head. It is zeroed before every request, so it is kept tight.
     var connectionMemoryBytes: Int { maxHeaderBytes + 16 * 1024 }
-    /// Request bodies beyond this get 413; the rest is not read into memory.
+    /// Request bodies beyond this get 413 (declared) or are cut (as they flow).
     public var maxBodyBytes: Int = 10 * 1024 * 1024
+    /// A body that declares a length up to this is read whole before the handler is asked;
+    /// a larger or chunked one streams (`ServerRequest.streamedBody`).
+    public var bufferedBodyBytes: Int = 64 * 1024
     /// Kernel accept backlog.
     public var listenBacklog: Int = 1024
     /// Serve HTTPS (libmicrohttpd with GnuTLS); `nil`: plain HTTP.

@@ -9,13 +9,28 @@ public struct ServerRequest: Sendable {
     public var headers: [(name: String, value: String)]
     /// The client's address as text.
     public var clientAddress: String
+    /// The whole body, for a request whose body is buffered (see `streamedBody`).
     public var body: [UInt8]
+    /// Set when the body streams instead (larger than `bufferedBodyBytes`, or chunked): the
+    /// handler is asked as soon as the head is in, and returns a sink for the body with its
+    /// `.later` answer. `length` is the declared `Content-Length`, if any.
+    public var streamedBody: StreamedBody?
+
+    public struct StreamedBody: Sendable, Equatable {
+        public var length: Int?
+
+        public init(length: Int?) {
+            self.length = length
+        }
+    }
     /// When the server will answer on the handler's behalf.
     public var deadline: ContinuousClock.Instant
 
     public init(method: String, target: String, version: String = "HTTP/1.1",
                 headers: [(name: String, value: String)] = [], clientAddress: String = "",
-                body: [UInt8] = [], deadline: ContinuousClock.Instant = .now.advanced(by: .seconds(30))) {
+                body: [UInt8] = [], streamedBody: StreamedBody? = nil,
+                deadline: ContinuousClock.Instant = .now.advanced(by: .seconds(30))) {
+        self.streamedBody = streamedBody
         self.method = method
         self.target = target
         self.version = version

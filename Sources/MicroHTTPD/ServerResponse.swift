@@ -17,6 +17,9 @@ public struct ServerResponse: Sendable {
         /// Bytes owned elsewhere, sent without a copy: libmicrohttpd holds the owner until the
         /// response is gone.
         case shared(any SharedBytes)
+        /// Bytes that flow while they are sent (`length`: a declared `Content-Length`; without
+        /// one the body is sent chunked, or to an HTTP/1.0 client until the connection closes).
+        case stream(any ResponseBodySource, length: UInt64?)
     }
 
     public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
@@ -40,6 +43,7 @@ public struct ServerResponse: Sendable {
             switch payload {
             case .bytes(let bytes): bytes
             case .shared(let owner): owner.withUnsafeBytes { Array($0) }
+            case .stream: []
             }
         }
         set { payload = .bytes(newValue) }

@@ -14,6 +14,7 @@ extension ListenConfig {
         m.read("request_timeout", into: &c.requestTimeout) { $0.duration(positive: true) }
         m.read("max_header_bytes", into: &c.maxHeaderBytes) { $0.size() }
         m.read("max_body_bytes", into: &c.maxBodyBytes) { $0.size(minimum: 0) }
+        m.read("buffer_request_body", into: &c.bufferRequestBody) { $0.size(minimum: 0) }
         m.read("max_in_flight", into: &c.maxInFlight) { $0.int(in: 0...Int.max) }
         m.read("drain_delay", into: &c.drainDelay) { $0.duration() }
         m.read("shutdown_grace", into: &c.shutdownGrace) { $0.duration() }

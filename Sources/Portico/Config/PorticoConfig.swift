@@ -60,6 +60,9 @@ public struct ListenConfig: Sendable, Equatable {
     public var requestTimeout: Duration = .seconds(30)
     public var maxHeaderBytes: Int = 32 * 1024
     public var maxBodyBytes: Int = 10 * 1024 * 1024
+    /// A request body that declares a length up to this is read whole before the chain runs
+    /// (replayable: retries, 401 replays); a larger or chunked one streams to the upstream.
+    public var bufferRequestBody: Int = Body.bufferedLimit
     /// Requests in flight at once over all routes; past it, 503 `overloaded` at once. 0: no cap
     /// (connections are still capped by `connectionLimit`).
     public var maxInFlight: Int = 4096
@@ -151,10 +154,16 @@ public struct RouteConfig: Sendable, Equatable {
     public var timeout: Duration?
     /// Requests in flight on this route at once; past it, 503 `overloaded`. `nil`: no route cap.
     public var maxInFlight: Int?
+    /// The longest silence between two chunks of a streamed body.
+    public var streamIdleTimeout: Duration = .seconds(60)
+    /// The longest a streamed response may last; `nil`: no limit.
+    public var maxStreamDuration: Duration?
 
     public init(name: String, match: Match, upstream: String? = nil, direct: Direct? = nil,
                 stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil,
-                maxInFlight: Int? = nil) {
+                maxInFlight: Int? = nil, streamIdleTimeout: Duration = .seconds(60), maxStreamDuration: Duration? = nil) {
+        self.streamIdleTimeout = streamIdleTimeout
+        self.maxStreamDuration = maxStreamDuration
         self.name = name
         self.match = match
         self.upstream = upstream

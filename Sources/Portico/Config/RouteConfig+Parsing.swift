@@ -48,12 +48,17 @@ extension RouteConfig {
         m.read("timeout", into: &timeout) { $0.duration(positive: true) }
         var maxInFlight: Int?
         m.read("max_in_flight", into: &maxInFlight) { $0.int(in: 1...Int.max) }
+        var streamIdleTimeout: Duration = .seconds(60)
+        m.read("stream_idle_timeout", into: &streamIdleTimeout) { $0.duration(positive: true) }
+        var maxStreamDuration: Duration?
+        m.read("max_stream_duration", into: &maxStreamDuration) { $0.duration(positive: true) }
         m.finish()
 
         guard let name, let match, upstream != nil || direct != nil else { return (name, nil) }
         return (name, RouteConfig(name: name, match: match, upstream: upstream, direct: direct,
                                   stripPrefix: stripPrefix, middleware: middleware, timeout: timeout,
-                                  maxInFlight: maxInFlight))
+                                  maxInFlight: maxInFlight, streamIdleTimeout: streamIdleTimeout,
+                                  maxStreamDuration: maxStreamDuration))
     }
 }
 

@@ -1,3 +1,4 @@
+import NIOCore
 import HTTPTypes
 import Logging
 import MicroHTTPD
@@ -65,16 +66,26 @@ public final class Gateway: Sendable {
                                  route: exchange.route.name, method: serverRequest.method, since: start))
         }
         return .later({ [self] in
-            defer { exchange.leave() }
-            let answer: GatewayResponse
+            var answer: GatewayResponse
             do {
                 answer = try await exchange.route.responder.respond(to: exchange.request, context: exchange.context)
             } catch {
                 answer = response(for: error, context: exchange.context)
             }
+            let code = answer.status.code
+            if answer.body.isStreamed && ServerResponse.sendsBody(status: code, isHead: exchange.isHead) {
+                // In flight, and counted, until the body ends, however it ends.
+                answer.body.append(ExchangeEnd { [self] _, _ in
+                    exchange.leave()
+                    metrics.requestFinished(route: exchange.route.name, method: serverRequest.method, code: code,
+                                            duration: start.duration(to: .now))
+                }, keepsLength: true)
+                return finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead)
+            }
+            defer { exchange.leave() }
             return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
                             route: exchange.route.name, method: serverRequest.method, since: start)
-        }, requestID: exchange.context.requestID)
+        }, requestID: exchange.context.requestID, upload: exchange.upload)
     }
 
     /// Answers a request the server refused once its head was read (a head over
@@ -93,7 +104,7 @@ public final class Gateway: Sendable {
     public func handle(_ serverRequest: ServerRequest) async -> ServerResponse {
         switch answer(serverRequest) {
         case .now(let response): response
-        case .later(let work, _): await work()
+        case .later(let work, _, _): await work()
         }
     }
 
@@ -105,6 +116,8 @@ public final class Gateway: Sendable {
         var context: RequestContext
         var isHead: Bool
         let inFlight: InFlightLimit
+        /// Where the server puts a streamed request body, feeding `request.body`.
+        var upload: StreamedUploadSink?
 
         func leave() {
             route.inFlight?.leave()
@@ -135,8 +148,15 @@ public final class Gateway: Sendable {
         let isHead = serverRequest.method == "HEAD"
 
         let request: GatewayRequest
+        var upload: StreamedUploadSink?
+        var streamedBody: Body?
+        if let streamed = serverRequest.streamedBody {
+            let (stream, writer) = BodyStream.makeStream(length: streamed.length)
+            streamedBody = Body(stream: stream)
+            upload = StreamedUploadSink(writer)
+        }
         do {
-            request = try GatewayRequest(validating: serverRequest, scheme: scheme, requestID: requestID)
+            request = try GatewayRequest(validating: serverRequest, scheme: scheme, requestID: requestID, body: streamedBody)
         } catch {
             logger.debug("rejected malformed request", metadata: ["request_id": .string(requestID),
                                                                   "reason": .string(error.message)])
@@ -170,9 +190,12 @@ public final class Gateway: Sendable {
 
         var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
         if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }
-        let context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,
+        var context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,
                                      deadline: deadline, logger: logger, clock: clock)
-        return .routed(Exchange(route: route, request: request, context: context, isHead: isHead, inFlight: inFlight))
+        context.streamIdleTimeout = route.streamIdleTimeout
+        context.maxStreamDuration = route.maxStreamDuration
+        return .routed(Exchange(route: route, request: request, context: context, isHead: isHead, inFlight: inFlight,
+                                upload: upload))
     }
 
     /// The error response for what a chain threw.
@@ -213,4 +236,28 @@ public final class Gateway: Sendable {
 
 extension HTTPField.Name {
     static let xRequestID = HTTPField.Name("X-Request-ID")!
+}
+
+/// The last stage of a streamed response: runs `onEnd` once the body is over, however it ended
+/// — also when the body is dropped unread (the server answered for the handler).
+final class ExchangeEnd: BodyStage {
+    private let onEnd: Mutex<(@Sendable (StreamEnding, GatewayError?) -> Void)?>
+
+    init(_ onEnd: @escaping @Sendable (StreamEnding, GatewayError?) -> Void) {
+        self.onEnd = Mutex(onEnd)
+    }
+
+    deinit {
+        ended(.clientGone, error: .clientClosedRequest())
+    }
+
+    func process(_ chunk: ByteBuffer) -> ByteBuffer { chunk }
+    func finish() -> ByteBuffer? { nil }
+    func ended(_ ending: StreamEnding, error: GatewayError?) {
+        let once = onEnd.withLock { onEnd in
+            defer { onEnd = nil }
+            return onEnd
+        }
+        once?(ending, error)
+    }
 }

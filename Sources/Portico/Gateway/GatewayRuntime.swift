@@ -90,11 +90,14 @@ public final class GatewayRuntime: Sendable {
             } else {
                 endpoint
             }
-            routes.append(Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
-                                upstream: route.upstream, timeout: route.timeout,
-                                inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
-                                responder: MiddlewareChain(chain, endpoint: stripping),
-                                accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first))
+            var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
+                              upstream: route.upstream, timeout: route.timeout,
+                              inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
+                              responder: MiddlewareChain(chain, endpoint: stripping),
+                              accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first)
+            built.streamIdleTimeout = route.streamIdleTimeout
+            built.maxStreamDuration = route.maxStreamDuration
+            routes.append(built)
         }
         self.router = Router(routes: routes)
         self.unroutedAccessLog = config.defaults.middleware.lazy.compactMap { middleware[$0] as? AccessLogMiddleware }.first

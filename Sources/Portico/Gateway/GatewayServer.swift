@@ -45,6 +45,7 @@ public final class GatewayServer: Sendable {
         configuration.requestTimeout = listen.requestTimeout
         configuration.maxHeaderBytes = listen.maxHeaderBytes
         configuration.maxBodyBytes = listen.maxBodyBytes
+        configuration.bufferedBodyBytes = listen.bufferRequestBody
         configuration.tls = listen.tls.map {
             ServerConfiguration.TLS(certificatePEM: $0.certificatePEM, privateKeyPEM: $0.privateKeyPEM)
         }

@@ -7,7 +7,9 @@ extension GatewayRequest {
     /// Validates what the server received and builds the typed request; malformed input becomes a 400.
     /// With `requestID`, the request carries it as its one `X-Request-ID` (the client's own fields
     /// are replaced), set here rather than afterwards so the fields are built once.
-    init(validating request: ServerRequest, scheme: String = "http", requestID: String? = nil) throws(GatewayError) {
+    /// `body`, when given, replaces the server's (a streamed body's `BodyStream`).
+    init(validating request: ServerRequest, scheme: String = "http", requestID: String? = nil,
+         body: Body? = nil) throws(GatewayError) {
         guard let method = HTTPRequest.Method(request.method) else {
             throw .badRequest("invalid method")
         }
@@ -35,7 +37,7 @@ extension GatewayRequest {
         if hostCount == 0 && request.version == "HTTP/1.1" { throw .badRequest("missing Host header") }
         let target = try Self.originForm(request.target)
         let head = HTTPRequest(method: method, scheme: scheme, authority: host, path: target, headerFields: fields)
-        self.init(head: head, body: request.body.isEmpty ? .empty : Body(bytes: request.body),
+        self.init(head: head, body: body ?? (request.body.isEmpty ? .empty : Body(bytes: request.body)),
                   clientAddress: request.clientAddress, version: request.version)
     }
 
@@ -105,8 +107,10 @@ extension HTTPField {
 
 extension ServerResponse {
     /// The wire response for `response`; HEAD answers carry the upstream's Content-Length. With
-    /// `requestID`, it is the response's one `X-Request-ID`. The body goes to libmicrohttpd
-    /// without a copy.
+    /// `requestID`, it is the response's one `X-Request-ID`. A buffered body goes to
+    /// libmicrohttpd without a copy; a streamed one is pulled as it flows (with its declared
+    /// length, if any, as `Content-Length`; chunked otherwise). A HEAD answer's streamed body is
+    /// never read: dropping it cancels its upstream.
     init(_ response: GatewayResponse, isHead: Bool, requestID: String? = nil) {
         var headers: [(name: String, value: String)] = []
         headers.reserveCapacity(response.headerFields.count + 1)
@@ -120,10 +124,25 @@ extension ServerResponse {
             headers.append((field.name.rawName, field.value))
         }
         if let requestID { headers.append((HTTPField.Name.xRequestID.rawName, requestID)) }
+        let bodiless = !Self.sendsBody(status: response.status.code, isHead: isHead)
+        if response.body.isStreamed {
+            let length = response.body.count.map { UInt64($0) }
+            self.init(status: response.status.code, headers: headers,
+                      payload: bodiless ? .bytes([]) : .stream(StreamedResponseSource(response.body), length: length),
+                      headContentLength: isHead ? (contentLength ?? length) : nil)
+            return
+        }
         let buffer = response.body.buffer ?? ByteBuffer()
         self.init(status: response.status.code, headers: headers,
                   payload: buffer.readableBytes == 0 ? .bytes([]) : .shared(SharedBuffer(buffer)),
                   headContentLength: isHead ? (contentLength ?? UInt64(buffer.readableBytes)) : nil)
+    }
+}
+
+extension ServerResponse {
+    /// Whether a response with `status` carries a body on the wire (not HEAD, 1xx, 204, 304).
+    static func sendsBody(status: Int, isHead: Bool) -> Bool {
+        !isHead && status >= 200 && status != 204 && status != 304
     }
 }
 

@@ -10,6 +10,10 @@ public struct Route: Sendable {
     public var upstream: String?
     /// Overrides the listener's request timeout.
     public var timeout: Duration?
+    /// The longest silence between two chunks of a streamed body (`stream_idle_timeout`).
+    public var streamIdleTimeout: Duration = .seconds(60)
+    /// The longest a streamed response may last (`max_stream_duration`); `nil`: no limit.
+    public var maxStreamDuration: Duration?
     /// The route's own cap on requests in flight, if any.
     public var inFlight: InFlightLimit?
     /// The route's middleware around its endpoint.
