@@ -385,7 +385,7 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
     if isHead, let length = response.headContentLength {
         mhdResponse = portico_mhd_create_head_response(length)
     } else if case .stream(let source, let length) = payload, let suspension = context.suspension {
-        let stream = StreamingResponse(source: source, suspension: suspension, timer: context.timer)
+        let stream = StreamingResponse(source: source, length: length, suspension: suspension, timer: context.timer)
         let retained = Unmanaged.passRetained(stream)
         // A known length is sent from a 64 KiB buffer of the response's own; a chunked body from
         // the connection's write buffer (what its memory pool has left).

@@ -72,11 +72,15 @@ final class StreamingResponse: Sendable {
         var ended = false
         var aborted = false
         var closed = false
+        var sent: UInt64 = 0
     }
     private let state = Mutex(State())
+    /// The declared length: libmicrohttpd asks no more once it is sent, so reaching it is the end.
+    private let length: UInt64?
 
-    init(source: any ResponseBodySource, suspension: Suspension, timer: ConnectionTimer) {
+    init(source: any ResponseBodySource, length: UInt64?, suspension: Suspension, timer: ConnectionTimer) {
         self.source = source
+        self.length = length
         self.suspension = suspension
         self.timer = timer
         self.wake = { [suspension] in suspension.resume() }
@@ -87,6 +91,10 @@ final class StreamingResponse: Sendable {
         if state.withLock({ $0.aborted }) { return portico_reader_error }
         switch source.read(into: buffer, wake: wake) {
         case .bytes(let count):
+            state.withLock { state in
+                state.sent += UInt64(count)
+                if let length, state.sent >= length { state.ended = true }
+            }
             return count
         case .pending:
             // Resumed by `wake`; if it came already, libmicrohttpd calls again at once.

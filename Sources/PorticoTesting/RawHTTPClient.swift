@@ -112,6 +112,21 @@ public final class RawHTTPConnection: @unchecked Sendable {
         }
     }
 
+    /// Reads until what was received (and not consumed) contains `text`; false when the server
+    /// closed the connection first. Nothing is consumed: streamed bodies are checked piece by piece.
+    public func receive(_ text: String) async throws -> Bool {
+        let marker = Array(text.utf8)
+        return try await run { [self] in
+            while true {
+                if buffer.count >= marker.count,
+                   (0...(buffer.count - marker.count)).contains(where: { buffer[$0..<($0 + marker.count)].elementsEqual(marker) }) {
+                    return true
+                }
+                if try !fill() { return false }
+            }
+        }
+    }
+
     /// Reads until the server closes the connection; returns everything not yet consumed.
     public func readToEnd() async throws -> [UInt8] {
         try await run { [self] in
