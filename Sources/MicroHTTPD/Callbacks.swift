@@ -181,22 +181,27 @@ private struct AccessCall {
         let serverRequest = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
                                           clientAddress: context.clientAddress, streamedBody: .init(length: length),
                                           deadline: deadline)
+        let timer = context.timer
+        let silence = limits.requestTimeout
         switch core.answering(serverRequest) {
-        case .now(var response):
-            core.withdraw()
-            // Answered before the body is read: libmicrohttpd discards it and closes the connection.
-            response.closeConnection = true
-            return queue(fitted(response, after: request, core: core), on: connection, isHead: isHead, draining: true,
-                         context: context, core: core)
+        case .now(let response):
+            // Answered at once (no route, a refusal, a direct answer): the body is still read,
+            // and dropped, before the answer is queued, as a client that is still sending would
+            // otherwise see its connection reset before it reads the answer (and keep-alive is kept).
+            let answered = PendingResponse(suspension: suspension, deadline: .now + silence, isHead: isHead,
+                                           requestID: nil) { _ in }
+            answered.complete(response)
+            context.pending = answered
+            context.upload = Upload(sink: nil) {}
+            timer.arm(.body, until: .now + silence)
+            return portico_yes
         case .later(let work, let requestID, let sink):
             // The handler's deadline counts from the body's end (`handedOver`); until then the
-            // client's silence is what is limited, a `requestTimeout` at a time.
+            // body must keep up `Upload.minimumRate` after a first `requestTimeout`.
             let pending = PendingResponse(suspension: suspension, deadline: .now + .seconds(365 * 86_400), isHead: isHead,
                                           requestID: requestID) { [weak core, timer = context.timer] pending in
                 core?.completed(pending, timer: timer)
             }
-            let timer = context.timer
-            let silence = limits.requestTimeout
             context.pending = pending
             context.upload = Upload(sink: sink) {
                 timer.arm(.body, until: .now + silence)
@@ -253,13 +258,15 @@ private struct AccessCall {
         // libmicrohttpd queues an answer only after the whole request.
         guard let sink = upload.sink, pending.response == nil, let data else {
             upload.sink = nil
+            context.timer.arm(.body, until: upload.deadline(requestTimeout: limits.requestTimeout))
             return portico_yes
         }
         switch sink.write(UnsafeRawBufferPointer(start: data, count: count), resume: upload.resume) {
         case .accepted:
-            context.timer.arm(.body, until: .now + limits.requestTimeout)
+            context.timer.arm(.body, until: upload.deadline(requestTimeout: limits.requestTimeout))
         case .full:
-            // Not the client's silence: no body deadline while parked (`resume` re-arms it).
+            // Not the client's slowness: no body deadline while parked (`resume` re-arms one).
+            upload.park()
             context.timer.arm(.body, until: nil)
             context.suspension?.suspend()
         case .closed:

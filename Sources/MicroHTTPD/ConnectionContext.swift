@@ -38,10 +38,33 @@ final class Upload {
     var received = 0
     /// Given to the sink: wakes a connection parked because the sink was full.
     let resume: @Sendable () -> Void
+    private let started = ContinuousClock.now
+    /// Time spent parked (the reader's fault, not the client's), and since when it is parked.
+    private var parked: Duration = .zero
+    private var parkedSince: ContinuousClock.Instant?
+
+    /// The slowest average a streamed body may arrive at, once its first `requestTimeout` is
+    /// over: a client dribbling a byte now and then (slowloris) is cut off, any real upload is not.
+    static let minimumRate = 1024
 
     init(sink: (any RequestBodySink)?, resume: @escaping @Sendable () -> Void) {
         self.sink = sink
         self.resume = resume
+    }
+
+    /// The connection is parked from now (the sink is full).
+    func park() {
+        parkedSince = .now
+    }
+
+    /// When the rest of the body must have arrived by, at this pace: `requestTimeout`, plus a
+    /// second per `minimumRate` bytes received, plus time parked.
+    func deadline(requestTimeout: Duration) -> ContinuousClock.Instant {
+        if let since = parkedSince {
+            parked += since.duration(to: .now)
+            parkedSince = nil
+        }
+        return started + parked + requestTimeout + .seconds(Double(received) / Double(Self.minimumRate))
     }
 }
 

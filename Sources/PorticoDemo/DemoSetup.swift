@@ -123,6 +123,10 @@ public final class DemoSetup: Sendable {
       - name: flaky
         match: { path: /flaky }
         upstream: orders
+      - name: events
+        match: { path: /events }
+        upstream: orders-nio
+        stream_idle_timeout: 30s
       - name: fast
         match: { path_prefix: /fast/ }
         upstream: orders-nio
@@ -165,6 +169,9 @@ public final class DemoSetup: Sendable {
             Line(note: "gzip on the fly",
                  command: #"curl -s -H 'Accept-Encoding: gzip' -o /dev/null -w '%{size_download} bytes\n' \#(base)/catalog"#,
                  expected: #"\d{3} bytes\n"#),
+            Line(note: "Server-Sent Events streamed through as they come, one a second (-N: curl prints each at once)",
+                 command: "curl -N '\(base)/events?count=3'",
+                 expected: #"(id: \d\nevent: tick\ndata: \{"n":\d,"of":3\}\n\n){3}"#),
             Line(note: "rate limit: 10 at once, then 429; each run keys its own bucket (X-Demo-Run)",
                  command: #"run=$(date +%s%N); for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' -H "X-Demo-Run: $run" \#(base)/limited; done; echo"#,
                  expected: "(200 ){10}(429 ){5}\n"),

@@ -7,6 +7,7 @@ import Synchronization
 /// - `GET /echo…` answers with what it received (method, target, headers), to show what the gateway sends.
 /// - `GET /secure…` demands a bearer token the demo identity provider issued (`authorizes`).
 /// - `GET /flaky` fails with 503 two times out of three.
+/// - `GET /events?count=N` streams N Server-Sent Events, one a second.
 public final class DemoUpstream: Sendable {
     private let server: HTTPServer
 
@@ -14,7 +15,7 @@ public final class DemoUpstream: Sendable {
     public init(authorizes: @escaping @Sendable (String?) -> Bool = { _ in true }) {
         let counter = Atomic<Int>(0)
         let flaky = Atomic<Int>(0)
-        server = HTTPServer(configuration: ServerConfiguration()) { request in
+        let respond: @Sendable (ServerRequest) -> ServerResponse = { request in
             let served = counter.add(1, ordering: .relaxed).newValue
             let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
             if path.hasPrefix("/secure"), !authorizes(request.header("authorization")) {
@@ -27,6 +28,13 @@ public final class DemoUpstream: Sendable {
                                       body: Array("{\"error\":\"try again\"}\n".utf8))
             }
             return DemoUpstream.answer(request, served: served)
+        }
+        server = HTTPServer(configuration: ServerConfiguration()) { (request: ServerRequest) -> HTTPServer.Answer in
+            let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+            guard path == "/events" else { return .now(respond(request)) }
+            let count = request.target.split(separator: "count=").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) } ?? 10
+            return .now(ServerResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")],
+                                       payload: .stream(DemoEvents(count: count), length: nil)))
         }
     }
 
