@@ -158,6 +158,26 @@ struct CacheStreamingTests {
         }
     }
 
+    @Test("a streamed miss whose body is dropped unread releases its waiters: they go upstream")
+    func droppedUnreadReleasesWaiters() async throws {
+        let clock = ManualClock()
+        let cache = Self.cache(InMemoryCacheStore(maxBytes: 1 << 20))
+        let (streamed, _) = S.response(headers: Self.cacheable)
+        let upstream = ScriptedUpstream { n, _ in
+            n == 1 ? streamed : CacheFixture.response(headers: Self.cacheable, body: "own")
+        }
+        var leader: GatewayResponse? = try await cache.handle(CacheFixture.request(), context: CacheFixture.context(clock),
+                                                               next: upstream.next)
+        #expect(leader?.body.isStreamed == true)
+        let follower = Task {
+            try await cache.handle(CacheFixture.request(), context: CacheFixture.context(clock), next: upstream.next)
+        }
+        try await Eventually.wait("the follower waits") { cache.waitingRequests == 1 }
+        leader = nil
+        #expect(try await follower.value.text == "own")
+        #expect(upstream.calls == 2)
+    }
+
     @Test("a streamed 200 to a revalidation is teed: the new response replaces the stale one when complete")
     func revalidationTeed() async throws {
         let clock = ManualClock()

@@ -53,6 +53,22 @@ struct CompressStreamingTests {
             .totalValue == 1)
     }
 
+    @Test("a chunk larger than zlib's input slice round-trips")
+    func largeChunk() async throws {
+        let (upstream, writer) = Self.streamed(type: "text/plain")
+        let response = try await F.run(F.request(), upstream)
+        let text = Array(String(repeating: "line of text 0123456789\n", count: 20_000).utf8)  // ~480 KiB
+        #expect(text.count > Zlib.sliceBytes)
+        let reader = response.body.reader()
+        // Over the stream's high water: the write waits for the reader, so it runs in its own task.
+        let feeding = Task {
+            try await writer.write(ByteBuffer(bytes: text))
+            writer.finish()
+        }
+        #expect(try Zlib.decompress(try await S.rest(of: reader)) == text)
+        try await feeding.value
+    }
+
     @Test("zlib's state is freed however the stream ends: the client leaves, the upstream fails")
     func freedOnEveryEnding() async throws {
         for failing in [false, true] {
