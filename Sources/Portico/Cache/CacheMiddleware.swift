@@ -8,6 +8,11 @@ import NIOCore
 /// `stale-if-error` or the client's `max-stale` allow, and concurrent misses for one key
 /// share one upstream fetch. Unsafe methods pass through and invalidate what they change.
 ///
+/// A streamed response (no `Content-Length`, or a long one) is passed on at once and stored as
+/// it flows (`CacheTee`): only when it ends complete within `max_object_bytes`. Requests
+/// waiting on its fetch get the stored copy then, or go upstream themselves as soon as it
+/// cannot be stored.
+///
 /// Place it after rate limiting and before `retry` and `auth`: hits cost no upstream request
 /// and no retry budget, and the credential `auth` injects never reaches the cache key.
 public struct CacheMiddleware: ImmediateMiddleware {
@@ -185,7 +190,10 @@ public struct CacheMiddleware: ImmediateMiddleware {
             do {
                 let result = try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
                                                context: context, next: next)
-                if let entry = result.stored {
+                if let tee = result.tee {
+                    // A streamed response: waiters hear when it is stored, or cannot be.
+                    tee.publish(to: coalescer, key: key, flight: flight)
+                } else if let entry = result.stored {
                     coalescer.finish(key, flight, .stored(entry))
                 } else {
                     // An uncacheable answer marks the key, so concurrent requests for it stop
@@ -232,6 +240,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         if let stored, CachePolicy.isServerError(response.status),
            policy.canServeStaleOnError(stored, for: directives, at: exchange.now) {
             if validating { metrics.revalidated(.failed) }
+            response.discardBody()
             return Fetched(response: serveStaleOnError(stored, to: request, context: context, reason: reason,
                                                        upstreamStatus: response.status.code))
         }
@@ -314,6 +323,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
     /// A full response: stored when it may be, and answered (a 304 when the client's own
     /// validators match it).
     private func storeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Exchange) -> Fetched {
+        if response.body.isStreamed { return teeAndAnswer(response, replacing: stored, exchange) }
         var status = CacheStatus(.miss, forward: exchange.reason, forwardStatus: response.status.code)
         var entry = makeEntry(request: exchange.request, response: response, key: exchange.key, directives: exchange.directives,
                               requestTime: exchange.requestTime, responseTime: exchange.responseTime, now: exchange.now)
@@ -340,6 +350,43 @@ public struct CacheMiddleware: ImmediateMiddleware {
         return Fetched(response: outgoing, stored: entry, uncacheable: entry == nil && response.status.code < 500)
     }
 
+    /// A streamed response: passed on at once, and stored as it flows when it may be (a
+    /// `CacheTee` copies it and stores it if it ends complete within `max_object_bytes`). Its
+    /// `Cache-Status` cannot say `stored`: that is known only at the end.
+    private func teeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Exchange) -> Fetched {
+        let status = CacheStatus(.miss, forward: exchange.reason, forwardStatus: response.status.code)
+        let requestFields = exchange.request.headerFields
+        if response.status == .ok, ConditionalRequest.isConditional(requestFields),
+           ConditionalRequest.isNotModified(request: requestFields, response: response.headerFields) {
+            // The client gets a 304: the body is not needed, and not read to be stored.
+            response.discardBody()
+            var outgoing = ConditionalRequest.notModified(from: response)
+            record(status, in: &outgoing.headerFields, context: exchange.context)
+            return Fetched(response: outgoing)
+        }
+        var outgoing = response
+        let declared = response.body.count
+        let template: CacheEntry? = if let declared, declared > config.maxObjectBytes { nil } else {
+            storableEntry(request: exchange.request, response: response, body: ByteBuffer(), key: exchange.key,
+                          directives: exchange.directives, requestTime: exchange.requestTime,
+                          responseTime: exchange.responseTime, now: exchange.now)
+        }
+        guard let template else {
+            if stored != nil, response.status.code < 500 {
+                // The upstream's current answer may not be stored: older variants must not outlive it.
+                metrics.record(store.removeAll(for: exchange.key))
+            }
+            record(status, in: &outgoing.headerFields, context: exchange.context)
+            return Fetched(response: outgoing, uncacheable: response.status.code < 500)
+        }
+        let tee = CacheTee(template: template, expectedBytes: declared, maxObjectBytes: config.maxObjectBytes,
+                           maxBytes: config.maxBytes, store: store, metrics: metrics, clock: exchange.context.clock,
+                           replacesStored: stored != nil)
+        outgoing.body.append(tee, keepsLength: true)
+        record(status, in: &outgoing.headerFields, context: exchange.context)
+        return Fetched(response: outgoing, tee: tee)
+    }
+
     /// What one upstream exchange produced.
     struct Fetched {
         var response: GatewayResponse
@@ -347,12 +394,23 @@ public struct CacheMiddleware: ImmediateMiddleware {
         var stored: CacheEntry?
         /// The upstream answered with something that may not be stored.
         var uncacheable = false
+        /// A streamed response being stored as it flows: the outcome is known at its end.
+        var tee: CacheTee?
     }
 
     /// The entry for a full response, or `nil` when it may not (or need not) be stored.
     private func makeEntry(request: GatewayRequest, response: GatewayResponse, key: String, directives: RequestDirectives,
                            requestTime: Date, responseTime: Date, now: ContinuousClock.Instant) -> CacheEntry? {
         guard let body = response.body.buffer, body.readableBytes <= config.maxObjectBytes else { return nil }
+        return storableEntry(request: request, response: response, body: body, key: key, directives: directives,
+                             requestTime: requestTime, responseTime: responseTime, now: now)
+    }
+
+    /// The entry for `response` with `body`, or `nil` when it may not be stored. An empty
+    /// `body` for a streamed response (its `Content-Length` is set when it is complete).
+    private func storableEntry(request: GatewayRequest, response: GatewayResponse, body: ByteBuffer, key: String,
+                               directives: RequestDirectives, requestTime: Date, responseTime: Date,
+                               now: ContinuousClock.Instant) -> CacheEntry? {
         let freshness = policy.freshness(status: response.status.code, headerFields: response.headerFields,
                                          requestTime: requestTime, responseTime: responseTime)
         guard case .store(let excluded) = policy.storability(request: directives, response: response, freshness: freshness),
@@ -365,7 +423,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         }
         // Age is recomputed on every reuse; the upstream's value is already in `initialAge`.
         fields[values: .age] = []
-        fields[.contentLength] = String(body.readableBytes)
+        if !response.body.isStreamed { fields[.contentLength] = String(body.readableBytes) }
         if fields[.date] == nil { fields[.date] = HTTPDate.format(responseTime) }
         // A copy sized to the body, so the bytes charged are the bytes held.
         return CacheEntry(key: key, vary: vary, status: response.status, headerFields: fields,
@@ -391,10 +449,28 @@ public struct CacheMiddleware: ImmediateMiddleware {
             do {
                 let result = try await forward(refreshRequest, key: key, stored: stored, reason: .stale, directives: directives,
                                                context: refreshContext, next: next)
-                coalescer.finish(key, flight, result.stored.map(RequestCoalescer.Outcome.stored) ?? .notShared)
+                if let tee = result.tee {
+                    tee.publish(to: coalescer, key: key, flight: flight)
+                    // Nobody else reads this response: read it here, so the tee can store it.
+                    try await Self.drain(result.response.body, for: tee)
+                } else {
+                    result.response.discardBody()
+                    coalescer.finish(key, flight, result.stored.map(RequestCoalescer.Outcome.stored) ?? .notShared)
+                }
             } catch {
                 coalescer.finish(key, flight, .notShared)
                 context.logger.debug("cache background refresh failed", metadata: ["error": .string(String(describing: error))])
+            }
+        }
+    }
+
+    /// Reads a streamed body to its end for `tee` alone, stopping as soon as it cannot be stored.
+    static func drain(_ body: Body, for tee: CacheTee) async throws {
+        let reader = body.reader()
+        while try await reader.next() != nil {
+            if tee.gaveUp {
+                reader.close(GatewayError(.upstreamResponseTooLarge, message: "larger than the cache's max_object_bytes"))
+                return
             }
         }
     }

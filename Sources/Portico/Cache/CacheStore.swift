@@ -2,7 +2,9 @@ import Synchronization
 
 /// Where the cache keeps responses. Synchronous on purpose: the in-memory store answers under
 /// a lock in well under a microsecond, and a hit should not pay for an actor hop or a
-/// suspension. A store that needs I/O would sit behind its own in-memory front.
+/// suspension. A store that needs I/O would sit behind its own in-memory front. `insert` is
+/// also called on the thread that sends a streamed response to the client (libmicrohttpd's),
+/// when the response is complete: it must never block for long or wait.
 public protocol CacheStore: Sendable {
     /// The variants stored under `key`, most recently stored first; marks the key as used.
     func variants(for key: String) -> [CacheEntry]

@@ -45,8 +45,26 @@ final class CompressMetrics: Sendable {
     }
 
     func record(route: String?, _ outcome: Outcome, bytesIn: Int = 0, bytesOut: Int = 0) {
-        let route = route ?? ""
-        let handle = handles.withLock { handles in
+        let routeHandles = handle(route: route ?? "")
+        routeHandles.results[outcome]?.increment()
+        if outcome == .compressed {
+            countBytes(routeHandles, bytesIn: bytesIn, bytesOut: bytesOut)
+        }
+    }
+
+    /// The bytes of a compressed stream, counted when it ends (its `compressed` result was
+    /// counted when its head went out).
+    func countBytes(route: String?, bytesIn: Int, bytesOut: Int) {
+        countBytes(handle(route: route ?? ""), bytesIn: bytesIn, bytesOut: bytesOut)
+    }
+
+    private func countBytes(_ handle: RouteHandles, bytesIn: Int, bytesOut: Int) {
+        handle.input.increment(by: Int64(bytesIn))
+        handle.output.increment(by: Int64(bytesOut))
+    }
+
+    private func handle(route: String) -> RouteHandles {
+        handles.withLock { handles in
             if let existing = handles[route] { return existing }
             let dimensions = [("route", route)]
             var results: [Outcome: Counter] = [:]
@@ -60,11 +78,6 @@ final class CompressMetrics: Sendable {
                 results: results)
             handles[route] = created
             return created
-        }
-        handle.results[outcome]?.increment()
-        if outcome == .compressed {
-            handle.input.increment(by: Int64(bytesIn))
-            handle.output.increment(by: Int64(bytesOut))
         }
     }
 }

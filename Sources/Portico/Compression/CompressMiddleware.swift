@@ -16,6 +16,10 @@ import NIOCore
 /// `Vary: Accept-Encoding`, so a cache never hands gzip to a client that did not ask for it.
 /// When zlib fails, or gzip would not be smaller, the identity response goes out unchanged.
 ///
+/// A streamed response (no `Content-Length`, or a long one) is compressed chunk by chunk as it
+/// flows, under the same rules: no `Content-Length`, each chunk flushed so nothing is held
+/// back (`GzipStage`). `text/event-stream` is still never compressed.
+///
 /// Place it outside a cache: the cache stores one identity copy, and every hit is compressed
 /// for the client at hand.
 public struct CompressMiddleware: Middleware {
@@ -34,7 +38,8 @@ public struct CompressMiddleware: Middleware {
         let requestForbidsTransform = CodingHeaders.forbidsTransform(request.headerFields)
         var response = try await next(request, context)
         let report = await encode(&response, choice: choice, isHead: request.method == .head,
-                                  requestForbidsTransform: requestForbidsTransform, logger: context.logger)
+                                  requestForbidsTransform: requestForbidsTransform, route: context.route,
+                                  logger: context.logger)
         metrics.record(route: context.route, report.result, bytesIn: report.bytesIn, bytesOut: report.bytesOut)
         return response
     }
@@ -48,7 +53,7 @@ public struct CompressMiddleware: Middleware {
 
     /// Applies the rules in the type's comment to `response`; returns what happened.
     func encode(_ response: inout GatewayResponse, choice: AcceptEncoding.Choice, isHead: Bool,
-                requestForbidsTransform: Bool, logger: Logger) async -> Report {
+                requestForbidsTransform: Bool, route: String? = nil, logger: Logger) async -> Report {
         var fields = response.headerFields
         if let coding = fields[.contentEncoding], coding.trimmingWhitespace().lowercased() != "identity" {
             return Report(result: .encoded)
@@ -94,8 +99,7 @@ public struct CompressMiddleware: Middleware {
             return Report(result: .head)
         }
         guard let input = response.body.buffer else {
-            response.headerFields = fields  // a streamed body is never buffered to compress it
-            return Report(result: .type)
+            return encodeStream(&response, fields: fields, route: route, logger: logger)
         }
         let compressed: ByteBuffer?
         do throws(Zlib.Failure) {
@@ -119,6 +123,36 @@ public struct CompressMiddleware: Middleware {
         response.headerFields = fields
         response.body = Body(compressed)
         return Report(result: .compressed, bytesIn: input.readableBytes, bytesOut: compressed.readableBytes)
+    }
+
+    /// A streamed body is compressed as it flows (never buffered to compress it): a `GzipStage`
+    /// on its way out, `Content-Length` gone (the gzip length is known only at the end), and
+    /// the input and output bytes counted when it ends. Whether gzip is smaller cannot be known
+    /// up front, so a stream is always sent gzip once it qualifies.
+    private func encodeStream(_ response: inout GatewayResponse, fields: HTTPFields, route: String?,
+                              logger: Logger) -> Report {
+        var fields = fields
+        let stage: GzipStage
+        do throws(Zlib.Failure) {
+            stage = try GzipStage(settings: settings) { [metrics] bytesIn, bytesOut, _ in
+                metrics.countBytes(route: route, bytesIn: bytesIn, bytesOut: bytesOut)
+            }
+        } catch {
+            logger.warning("compression failed; sending the response uncompressed", metadata: [
+                "zlib_stage": "\(error.stage)", "zlib_code": "\(error.code)", "zlib_message": "\(error.message ?? "")",
+            ])
+            response.headerFields = fields
+            return Report(result: .error)
+        }
+        fields[.contentEncoding] = "gzip"
+        fields[.contentLength] = nil
+        fields[.acceptRanges] = nil
+        CodingHeaders.weakenETag(&fields)
+        CodingHeaders.dropDigests(&fields)
+        response.headerFields = fields
+        response.body.append(stage, keepsLength: false)
+        // The bytes are counted by the stage, when the body ends.
+        return Report(result: .compressed)
     }
 
     /// The gzip form of `input`, or `nil` when it would not be smaller. The output buffer is

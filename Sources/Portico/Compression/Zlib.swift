@@ -140,12 +140,14 @@ final class Deflater {
     }
 
     /// Compresses `input[range]` (reader-relative offsets), appending to `output` while
-    /// `output` stays within `limit` readable bytes. `finish` ends the stream after this input.
-    /// Returns `false` when the limit was reached first (the stream is then unusable).
-    func deflate(_ input: ByteBuffer, range: Range<Int>, finish: Bool, into output: inout ByteBuffer,
-                 limit: Int) throws(Zlib.Failure) -> Bool {
+    /// `output` stays within `limit` readable bytes. `finish` ends the stream after this input;
+    /// `syncFlush` emits everything compressed so far on a byte boundary (a streamed body's
+    /// chunk goes out at once). Returns `false` when the limit was reached first (the stream is
+    /// then unusable).
+    func deflate(_ input: ByteBuffer, range: Range<Int>, finish: Bool, syncFlush: Bool = false,
+                 into output: inout ByteBuffer, limit: Int) throws(Zlib.Failure) -> Bool {
         precondition(range.count <= Zlib.sliceBytes, "feed zlib in slices")
-        let flush = finish ? Z_FINISH : Z_NO_FLUSH
+        let flush = finish ? Z_FINISH : syncFlush ? Z_SYNC_FLUSH : Z_NO_FLUSH
         return try input.withUnsafeReadableBytes { (raw: UnsafeRawBufferPointer) throws(Zlib.Failure) -> Bool in
             let slice = UnsafeRawBufferPointer(rebasing: raw[range])
             stream.pointee.next_in = slice.baseAddress.map { UnsafeMutablePointer(mutating: $0.assumingMemoryBound(to: Bytef.self)) }

@@ -198,12 +198,19 @@ public final class BodyReader: Sendable {
                     raw = try await stream.next()
                 } catch let error as GatewayError {
                     fail(error)
+                    close(nil)
                     throw error
                 } catch {
                     fail(.clientClosedRequest())
+                    close(nil)
                     throw error
                 }
-                if let chunk = try staged(raw) { return chunk }
+                do {
+                    if let chunk = try staged(raw) { return chunk }
+                } catch {
+                    close(nil)
+                    throw error
+                }
             }
         }
     }

@@ -3,7 +3,9 @@ import Logging
 import MicroHTTPD
 
 /// One structured line per request: who asked what, what came back, and how long it took.
-/// Placed outermost, it sees what inner middleware recorded in `context.stats`.
+/// Placed outermost, it sees what inner middleware recorded in `context.stats`. A streamed
+/// response's line is written when its body ends (`ended`, the bytes that left, `ttfb_ms` to
+/// its first body byte); a buffered one's when it is returned.
 public struct AccessLogMiddleware: ImmediateMiddleware {
     let settings: AccessLogConfig
     let logger: Logger
@@ -23,13 +25,21 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
 
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
         let start = clock.now
+        var request = request
+        // A streamed upload's bytes_in is what was read of it, counted as it is read.
+        var uploadCounter: StreamObserver?
+        if request.body.isStreamed {
+            let counter = StreamObserver(clock: clock)
+            request.body.append(counter, keepsLength: true)
+            uploadCounter = counter
+        }
         let outcome: Result<GatewayResponse, any Error>
         do {
             outcome = .success(try await next(request, context))
         } catch {
             outcome = .failure(error)
         }
-        return try logged(outcome, request: request, context: context, start: start)
+        return try logged(outcome, request: request, context: context, start: start, uploadCounter: uploadCounter)
     }
 
     public func handleImmediately(_ request: GatewayRequest, context: RequestContext,
@@ -45,31 +55,62 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
         return try logged(outcome, request: request, context: context, start: start)
     }
 
-    /// Logs the line for `outcome` and passes it on.
+    /// Logs the line for `outcome` and passes it on: at once for a buffered answer, when the
+    /// body ends for a streamed one (a stage counts what leaves, after inner stages such as
+    /// compression).
     private func logged(_ outcome: Result<GatewayResponse, any Error>, request: GatewayRequest, context: RequestContext,
-                        start: ContinuousClock.Instant) throws -> GatewayResponse {
+                        start: ContinuousClock.Instant, uploadCounter: StreamObserver? = nil) throws -> GatewayResponse {
         // HEAD answers carry no body, whatever the response holds.
         let sendsBody = request.method != .head
         switch outcome {
-        case .success(let response):
-            log(request, context: context, status: response.status.code,
-                bytesOut: sendsBody ? response.body.count ?? 0 : 0, error: nil, start: start)
+        case .success(var response):
+            guard sendsBody, response.body.isStreamed else {
+                let now = clock.now
+                log(request, context: context, status: response.status.code, bytesIn: uploadCounter?.bytes,
+                    bytesOut: sendsBody ? response.body.count ?? 0 : 0, error: nil,
+                    timing: Timing(ttfb: start.duration(to: now), duration: start.duration(to: now), ended: .complete))
+                return response
+            }
+            let status = response.status.code
+            // The request's head only: the stage must not keep the upload's stream alive.
+            let head = GatewayRequest(head: request.head, body: request.body.isStreamed ? .empty : request.body,
+                                      clientAddress: request.clientAddress, version: request.version)
+            response.body.append(StreamObserver(clock: clock, onEnd: { [self] seen in
+                log(head, context: context, status: status, bytesIn: uploadCounter?.bytes, bytesOut: seen.bytes,
+                    error: seen.error?.kind.name,
+                    timing: Timing(ttfb: seen.firstByte.map { start.duration(to: $0) }
+                                       ?? (seen.ending == .complete ? start.duration(to: seen.end) : nil),
+                                   duration: start.duration(to: seen.end), ended: seen.ending))
+            }), keepsLength: true)
             return response
         case .failure(let error):
             // What the gateway answers for it, as the client gets it (the JSON error body).
             let answer = GatewayError.answering(error)
             let bytesOut = sendsBody ? answer.response(requestID: context.requestID).body.count ?? 0 : 0
-            log(request, context: context, status: answer.status.code, bytesOut: bytesOut, error: answer.kind.name, start: start)
+            let now = clock.now
+            log(request, context: context, status: answer.status.code, bytesIn: uploadCounter?.bytes, bytesOut: bytesOut,
+                error: answer.kind.name,
+                timing: Timing(ttfb: start.duration(to: now), duration: start.duration(to: now), ended: .complete))
             throw error
         }
     }
 
-    private func log(_ request: GatewayRequest, context: RequestContext, status: Int, bytesOut: Int,
-                     error: String?, start: ContinuousClock.Instant) {
+    /// When the answer went out and how it ended: `ttfb_ms` (to the first body byte of a
+    /// streamed response, to the head of a buffered one), `duration_ms` (to the end of the
+    /// body), `ended`.
+    private struct Timing {
+        var ttfb: Duration?
+        var duration: Duration
+        var ended: StreamEnding
+    }
+
+    /// `bytesIn`: what was read of a streamed upload; `nil` for the request body's own length.
+    private func log(_ request: GatewayRequest, context: RequestContext, status: Int, bytesIn: Int?, bytesOut: Int,
+                     error: String?, timing: Timing) {
         write(LineRequest(method: request.method.rawValue, target: request.target, client: request.clientAddress,
-                          bytesIn: request.body.count ?? 0, headerValues: { request.headerFields[values: $0] }),
+                          bytesIn: bytesIn ?? request.body.count ?? 0, headerValues: { request.headerFields[values: $0] }),
               requestID: context.requestID, route: context.route, upstream: context.upstream, stats: context.stats.snapshot,
-              status: status, bytesOut: bytesOut, error: error, duration: start.duration(to: clock.now))
+              status: status, bytesOut: bytesOut, error: error, timing: timing)
     }
 
     /// The line for a request the gateway answered before any route's chain ran: refused as its
@@ -84,7 +125,8 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
         write(LineRequest(method: serverRequest.method, target: serverRequest.target, client: serverRequest.clientAddress,
                           bytesIn: serverRequest.body.count, headerValues: headerValues),
               requestID: requestID, route: route ?? "", upstream: upstream, stats: nil, status: response.status.code,
-              bytesOut: serverRequest.method == "HEAD" ? 0 : response.body.count ?? 0, error: error, duration: duration)
+              bytesOut: serverRequest.method == "HEAD" ? 0 : response.body.count ?? 0, error: error,
+              timing: Timing(ttfb: duration, duration: duration, ended: .complete))
     }
 
     /// What a line says about the request itself.
@@ -97,7 +139,7 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
     }
 
     private func write(_ request: LineRequest, requestID: String, route: String?, upstream: String?,
-                       stats: RequestStats.Values?, status: Int, bytesOut: Int, error: String?, duration: Duration) {
+                       stats: RequestStats.Values?, status: Int, bytesOut: Int, error: String?, timing: Timing) {
         var metadata: Logger.Metadata = [
             "request_id": .string(requestID),
             "client": .string(request.client),
@@ -106,8 +148,10 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
             "status": .stringConvertible(status),
             "bytes_in": .stringConvertible(request.bytesIn),
             "bytes_out": .stringConvertible(bytesOut),
-            "duration_ms": .string(Self.milliseconds(duration)),
+            "duration_ms": .string(Self.milliseconds(timing.duration)),
+            "ended": .string(timing.ended.rawValue),
         ]
+        if let ttfb = timing.ttfb { metadata["ttfb_ms"] = .string(Self.milliseconds(ttfb)) }
         if let route { metadata["route"] = .string(route) }
         if let upstream { metadata["upstream"] = .string(upstream) }
         if let stats {

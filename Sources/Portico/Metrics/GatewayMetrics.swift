@@ -21,6 +21,8 @@ public final class GatewayMetrics: Sendable {
 
     private let factory: any MetricsFactory
     private let handles = Mutex<[Key: Handles]>([:])
+    /// `portico_time_to_first_byte_seconds`, per route.
+    private let firstByteTimers = Mutex<[String: Metrics.Timer]>([:])
     private let inFlight: Meter
     private let reloads: LabelledCounters
     private let overloads: LabelledCounters
@@ -58,6 +60,38 @@ public final class GatewayMetrics: Sendable {
         }
         handle.requests.increment()
         handle.duration.recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// Time to the first byte of a response: when its head went out for a buffered response
+    /// (the head and body leave together), when its first body byte did for a streamed one.
+    public func firstByte(route: String?, after duration: Duration) {
+        let route = route ?? ""
+        let timer = firstByteTimers.withLock { timers in
+            if let existing = timers[route] { return existing }
+            let created = Metrics.Timer(label: "portico_time_to_first_byte_seconds", dimensions: [("route", route)],
+                                        factory: factory)
+            timers[route] = created
+            return created
+        }
+        timer.recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// For a streamed response, instead of `requestFinished` when the head goes out: a stage to
+    /// append last to its body. It records the time to the first body byte as that byte leaves,
+    /// and the request (count, `portico_request_duration_seconds` from `start` to the body's
+    /// end, in-flight gauge) when the body ends, however it ends — or when the body is dropped
+    /// unread. `clock` must be the one `start` was read from.
+    public func streamObserver(route: String?, method: String, code: Int, start: ContinuousClock.Instant,
+                               clock: any GatewayClock = SystemClock()) -> StreamObserver {
+        StreamObserver(clock: clock, onFirstByte: { [self] first in
+            firstByte(route: route, after: start.duration(to: first))
+        }, onEnd: { [self] observation in
+            if observation.firstByte == nil, observation.ending == .complete {
+                // An empty body: its end was the first thing the client got after the head.
+                firstByte(route: route, after: start.duration(to: observation.end))
+            }
+            requestFinished(route: route, method: method, code: code, duration: start.duration(to: observation.end))
+        })
     }
 
     /// A request refused by an in-flight cap: `route` nil for the listener-wide cap (`route=""`).

@@ -3,7 +3,8 @@ import HTTPTypes
 
 /// Repeats failed upstream attempts that are safe and likely to succeed: idempotent methods
 /// (unless configured), replayable bodies, connect errors / timeouts / resets / configured
-/// statuses. Place it inside caching and outside auth: every attempt calls `next`, so inner
+/// statuses. A streamed request body is sent once, never retried; a discarded response's
+/// streamed body is cancelled before the next attempt. Place it inside caching and outside auth: every attempt calls `next`, so inner
 /// middleware (credential injection) runs again for each attempt.
 ///
 /// Time: waits use full-jitter exponential backoff, or the upstream's `Retry-After` when it
@@ -41,7 +42,12 @@ public struct RetryMiddleware: Middleware {
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
         let clock = context.clock
         budget.recordRequest(at: clock.now)
-        guard config.attempts > 1, methods.contains(request.method.rawValue), request.body.isReplayable else {
+        guard config.attempts > 1, methods.contains(request.method.rawValue) else {
+            return try await next(request, context)
+        }
+        guard request.body.isReplayable else {
+            // A streamed upload is consumed as it is sent: there is nothing to send again.
+            context.logger.debug("request body is streamed: not retried")
             return try await next(request, context)
         }
         let route = context.route ?? ""
@@ -84,6 +90,11 @@ public struct RetryMiddleware: Middleware {
                 Self.budgetExhausted.increment([("route", route)])
                 context.stats.update { $0.extra.append(("retry_stopped", "budget")) }
                 return try outcome.get()
+            }
+            // The response this retry replaces is never read: a streamed body is cancelled now,
+            // releasing its upstream connection before the backoff.
+            if case .success(let discarded) = outcome {
+                discarded.discardBody(GatewayError(.clientClosedRequest, message: "the response was discarded for a retry"))
             }
             Self.retries.increment([("route", route), ("reason", reason.description)])
             context.logger.debug("retrying upstream request", metadata: [

@@ -171,7 +171,55 @@ struct AuthMiddlewareTests {
         }
     }
 
-    @Test("a non-replayable body is not replayed",
-          .disabled("Body has no non-replayable (streamed) variant yet; AuthMiddleware checks isReplayable"))
-    func nonReplayableBody() {}
+    @Test("a streamed request body is not replayed: the 401 goes back to the client")
+    func nonReplayableBody() async throws {
+        let provider = RotatingProvider()
+        let calls = Mutex(0)
+        let next: NextHandler = { _, _ in
+            calls.withLock { $0 += 1 }
+            return GatewayResponse(status: .unauthorized)
+        }
+        let (body, _) = MiddlewareStreamFixture.body()
+        let response = try await AuthMiddleware(provider: provider)
+            .handle(request(body: body), context: makeContext(clock: ManualClock()), next: next)
+        #expect(response.status == .unauthorized)
+        #expect(calls.withLock { $0 } == 1)
+        #expect(provider.invalidations == 0)
+    }
+
+    @Test("a replayed 401's streamed body is cancelled, releasing its connection")
+    func replayedUnauthorizedBodyCancelled() async throws {
+        let provider = RotatingProvider()
+        let (rejected, writer) = MiddlewareStreamFixture.response(401)
+        let next: NextHandler = { request, _ in
+            request.headerFields[.authorization] == "Bearer t1" ? rejected : GatewayResponse(status: .ok)
+        }
+        let response = try await AuthMiddleware(provider: provider)
+            .handle(request(body: "payload"), context: makeContext(clock: ManualClock()), next: next)
+        #expect(response.status == .ok)
+        #expect(provider.invalidations == 1)
+        #expect(writer.readerGone != nil)
+    }
+}
+
+/// Hands out `Bearer t1`, then `Bearer t2` once `t1` is invalidated.
+private final class RotatingProvider: CredentialProvider {
+    private let generation = Mutex(1)
+    private let invalidated = Mutex(0)
+    var name: String { "rotating" }
+    var headerName: HTTPField.Name { .authorization }
+    var invalidations: Int { invalidated.withLock { $0 } }
+
+    func header(context: RequestContext) async throws -> CredentialHeader {
+        let token = "t\(generation.withLock { $0 })"
+        return CredentialHeader(name: .authorization, value: "Bearer \(token)", token: token)
+    }
+
+    func invalidate(_ header: CredentialHeader) async -> Bool {
+        invalidated.withLock { $0 += 1 }
+        generation.withLock { $0 += 1 }
+        return true
+    }
+
+    func shutdown() async {}
 }
