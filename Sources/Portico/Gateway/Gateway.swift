@@ -73,13 +73,18 @@ public final class Gateway: Sendable {
                 answer = response(for: error, context: exchange.context)
             }
             let code = answer.status.code
-            if answer.body.isStreamed && ServerResponse.sendsBody(status: code, isHead: exchange.isHead) {
-                // In flight, and counted, until the body ends, however it ends.
-                answer.body.append(ExchangeEnd { [self] _, _ in
-                    exchange.leave()
-                    metrics.requestFinished(route: exchange.route.name, method: serverRequest.method, code: code,
-                                            duration: start.duration(to: .now))
-                }, keepsLength: true)
+            if answer.body.isStreamed {
+                guard ServerResponse.sendsBody(status: code, isHead: exchange.isHead) else {
+                    // Never read: its upstream is released now.
+                    answer.discardBody()
+                    defer { exchange.leave() }
+                    return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
+                                    route: exchange.route.name, method: serverRequest.method, since: start)
+                }
+                // In flight, and counted (time to first byte, duration), until the body ends, however it ends.
+                answer.body.append(metrics.streamObserver(route: exchange.route.name, method: serverRequest.method,
+                                                          code: code, start: start), keepsLength: true)
+                answer.body.append(StreamObserver(clock: SystemClock(), onEnd: { _ in exchange.leave() }), keepsLength: true)
                 return finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead)
             }
             defer { exchange.leave() }
@@ -222,7 +227,10 @@ public final class Gateway: Sendable {
 
     private func finished(_ response: ServerResponse, route: String?, method: String,
                           since start: ContinuousClock.Instant) -> ServerResponse {
-        metrics.requestFinished(route: route, method: method, code: response.status, duration: start.duration(to: .now))
+        let duration = start.duration(to: .now)
+        metrics.requestFinished(route: route, method: method, code: response.status, duration: duration)
+        // A buffered answer leaves whole: its first byte is its last.
+        metrics.firstByte(route: route, after: duration)
         return response
     }
 
@@ -236,28 +244,4 @@ public final class Gateway: Sendable {
 
 extension HTTPField.Name {
     static let xRequestID = HTTPField.Name("X-Request-ID")!
-}
-
-/// The last stage of a streamed response: runs `onEnd` once the body is over, however it ended
-/// — also when the body is dropped unread (the server answered for the handler).
-final class ExchangeEnd: BodyStage {
-    private let onEnd: Mutex<(@Sendable (StreamEnding, GatewayError?) -> Void)?>
-
-    init(_ onEnd: @escaping @Sendable (StreamEnding, GatewayError?) -> Void) {
-        self.onEnd = Mutex(onEnd)
-    }
-
-    deinit {
-        ended(.clientGone, error: .clientClosedRequest())
-    }
-
-    func process(_ chunk: ByteBuffer) -> ByteBuffer { chunk }
-    func finish() -> ByteBuffer? { nil }
-    func ended(_ ending: StreamEnding, error: GatewayError?) {
-        let once = onEnd.withLock { onEnd in
-            defer { onEnd = nil }
-            return onEnd
-        }
-        once?(ending, error)
-    }
 }
