@@ -352,62 +352,77 @@ def read_head(sock):
 
 
 class Body:
-    """Reads a response body after the head, hashing it; `complete` only when its framing ended."""
+    """Reads a response body after the head, hashing it; `complete` only when its framing ended.
+
+    Received bytes sit in `buffer` from `pos` on (consumed bytes are dropped only when the buffer
+    is compacted), so many small chunks cost no quadratic copying."""
 
     def __init__(self, sock, headers, rest):
-        self.sock, self.pending, self.hash, self.bytes = sock, bytearray(rest), hashlib.sha256(), 0
+        self.sock, self.buffer, self.pos, self.hash, self.bytes = sock, bytearray(rest), 0, hashlib.sha256(), 0
         self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         self.length = None if self.chunked else (int(headers["content-length"]) if "content-length" in headers else None)
 
+    def available(self):
+        return len(self.buffer) - self.pos
+
     def fill(self):
+        if self.pos > (1 << 20):
+            del self.buffer[:self.pos]
+            self.pos = 0
         chunk = self.sock.recv(1 << 20)
         if not chunk:
             raise EOFError
-        self.pending += chunk
+        self.buffer += chunk
 
     def consume(self, n):
-        data = self.pending[:n]
-        del self.pending[:n]
-        self.hash.update(data)
-        self.bytes += len(data)
+        view = memoryview(self.buffer)[self.pos:self.pos + n]
+        self.hash.update(view)
+        view.release()
+        self.pos += n
+        self.bytes += n
+
+    def line(self):
+        while True:
+            end = self.buffer.find(b"\r\n", self.pos)
+            if end >= 0:
+                text = bytes(self.buffer[self.pos:end])
+                self.pos = end + 2
+                return text
+            self.fill()
 
     def read_all(self):
         """Returns True when the framing completed, False when the connection ended short of it."""
         try:
             if self.chunked:
                 while True:
-                    while b"\r\n" not in self.pending:
-                        self.fill()
-                    line, _, _ = self.pending.partition(b"\r\n")
-                    size = int(line.split(b";")[0], 16)
-                    del self.pending[:len(line) + 2]
+                    size = int(self.line().split(b";")[0], 16)
                     if size == 0:
-                        while b"\r\n" not in self.pending:
-                            self.fill()
+                        while self.line() != b"":
+                            pass
                         return True
                     while size > 0:
-                        if not self.pending:
+                        if not self.available():
                             self.fill()
-                        n = min(size, len(self.pending))
+                        n = min(size, self.available())
                         self.consume(n)
                         size -= n
-                    while len(self.pending) < 2:
-                        self.fill()
-                    del self.pending[:2]
+                    if self.line() != b"":
+                        raise ValueError("no CRLF after a chunk")
             elif self.length is not None:
                 while self.bytes < self.length:
-                    if not self.pending:
+                    if not self.available():
                         self.fill()
-                    self.consume(min(self.length - self.bytes, len(self.pending)))
+                    self.consume(min(self.length - self.bytes, self.available()))
                 return True
             else:
                 while True:
-                    if self.pending:
-                        self.consume(len(self.pending))
+                    if self.available():
+                        self.consume(self.available())
                     self.fill()
         except (EOFError, ConnectionResetError):
-            if self.pending:
-                self.consume(len(self.pending))
+            if not self.chunked:
+                rest = self.available() if self.length is None else min(self.available(), self.length - self.bytes)
+                self.consume(rest)
             return self.length is None and not self.chunked
 
 
