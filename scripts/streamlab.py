@@ -4,7 +4,8 @@
     streamlab.py serve [--port 0] [--port-file FILE]   the upstream (127.0.0.1); see Handler
     streamlab.py digest N                               SHA-256 of the first N pattern bytes
     streamlab.py get URL                                download, print JSON {status, bytes, sha256, complete, ...}
-    streamlab.py put URL --bytes N [--chunked]          upload N pattern bytes, print JSON (the sink's answer)
+    streamlab.py put URL --bytes N [--chunked] [--progress FILE]   upload N pattern bytes, print JSON (with
+                                                        the sink's answer); FILE: bytes sent so far (every MiB)
     streamlab.py sse-ttfe URL [--repeat 20]             time to first SSE event (ms), JSON {median_ms, all_ms}
 
 The pattern: a fixed 1 MiB + 7 bytes of seeded pseudo-random data, repeated. The odd period means a
@@ -28,6 +29,7 @@ Upstream endpoints (`id` names a transfer; its counters are read at /control/sta
 """
 import hashlib
 import json
+import os
 import random
 import socket
 import struct
@@ -318,7 +320,6 @@ def serve(argv):
     if port_file:
         with open(port_file + ".tmp", "w") as f:
             f.write(str(server.server_address[1]))
-        import os
         os.rename(port_file + ".tmp", port_file)
     print("listening", server.server_address[1], flush=True)
     server.serve_forever()
@@ -440,7 +441,7 @@ def get(argv):
 
 
 def put(argv):
-    url, total, chunked = argv[0], 0, False
+    url, total, chunked, progress = argv[0], 0, False, None
     rest = argv[1:]
     while rest:
         option = rest.pop(0)
@@ -448,6 +449,16 @@ def put(argv):
             total = int(rest.pop(0))
         elif option == "--chunked":
             chunked = True
+        elif option == "--progress":
+            progress = rest.pop(0)
+
+    def report(count):
+        # Bytes the kernel accepted so far, for a test watching a held upload.
+        if progress:
+            with open(progress + ".tmp", "w") as f:
+                f.write(str(count))
+            os.replace(progress + ".tmp", progress)
+
     sock, target, host = connect(url)
     framing = "Transfer-Encoding: chunked" if chunked else "Content-Length: %d" % total
     started = time.monotonic()
@@ -467,6 +478,9 @@ def put(argv):
             if chunked:
                 sock.sendall(b"\r\n")
             sent += size
+            if sent % (1 << 20) == 0:
+                report(sent)
+        report(sent)
         if chunked:
             sock.sendall(b"0\r\n\r\n")
     except OSError as e:

@@ -117,7 +117,8 @@ public final class ProxyProcess: Sendable {
         return (peak, current)
     }
 
-    /// A gauge or counter from Portico's `/metrics` (the sum over all label sets of `name`).
+    /// A gauge or counter from Portico's `/metrics` (the sum over all label sets of `name`); throws
+    /// when `name` is not there (a renamed metric must not pass as zero).
     public func metric(_ name: String) async throws -> Double {
         guard let adminPort else { throw Failure(description: "\(self.name) has no /metrics") }
         let connection = try RawHTTPConnection(port: adminPort, timeout: .seconds(10))
@@ -125,10 +126,11 @@ public final class ProxyProcess: Sendable {
         guard let response = try await connection.readResponse(), response.status == 200 else {
             throw Failure(description: "GET /metrics failed")
         }
-        return response.bodyText.split(separator: "\n")
+        let values = response.bodyText.split(separator: "\n")
             .filter { $0.hasPrefix(name + " ") || $0.hasPrefix(name + "{") }
             .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }
-            .reduce(0, +)
+        guard !values.isEmpty else { throw Failure(description: "no \(name) in /metrics") }
+        return values.reduce(0, +)
     }
 
     /// SIGTERM now; reaped (SIGKILL as a last resort) and its folder removed in the background.

@@ -154,9 +154,12 @@ public final class StreamLab: Sendable {
         public var sink: SinkAnswer? { try? JSONDecoder().decode(SinkAnswer.self, from: Data(answer.utf8)) }
     }
 
-    /// Uploads `count` pattern bytes to `url` (`Content-Length`, or chunked).
-    public static func upload(_ url: String, count: Int, chunked: Bool, timeout: Duration = .seconds(300)) async throws -> Upload {
-        let output = try await run([script, "put", url, "--bytes", String(count)] + (chunked ? ["--chunked"] : []), timeout: timeout)
+    /// Uploads `count` pattern bytes to `url` (`Content-Length`, or chunked). With `progress`, the
+    /// client keeps the count of bytes sent so far (every MiB) in that file.
+    public static func upload(_ url: String, count: Int, chunked: Bool, progress: String? = nil,
+                              timeout: Duration = .seconds(300)) async throws -> Upload {
+        let output = try await run([script, "put", url, "--bytes", String(count)] + (chunked ? ["--chunked"] : [])
+                                   + (progress.map { ["--progress", $0] } ?? []), timeout: timeout)
         return try JSONDecoder().decode(Upload.self, from: Data(output.utf8))
     }
 

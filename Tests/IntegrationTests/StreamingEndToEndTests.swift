@@ -69,6 +69,14 @@ struct StreamingEndToEndTests {
         }
     }
 
+    @Test("an upload to a sink that reads nothing yet: the uploader gets < 32 MiB ahead; released, all arrives",
+          arguments: Transport.allCases, [false, true])
+    func heldUpload(transport: Transport, chunked: Bool) async throws {
+        try await Self.uploads[transport]!.check {
+            try await Self.withPortico(transport) { try await StreamingScenarios.heldUpload($0, chunked: chunked) }
+        }
+    }
+
     @Test("a client that stops reading stops the upstream (< 32 MiB ahead); its reset closes the upstream",
           arguments: Transport.allCases)
     func slowReader(transport: Transport) async throws {

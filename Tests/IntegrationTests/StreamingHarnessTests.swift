@@ -61,6 +61,11 @@ struct StreamingHarnessTests {
         try await Self.with(via) { try await StreamingScenarios.upload($0, chunked: chunked) }
     }
 
+    @Test("upload to a sink that holds", arguments: Via.allCases, [false, true])
+    func heldUpload(via: Via, chunked: Bool) async throws {
+        try await Self.with(via) { try await StreamingScenarios.heldUpload($0, chunked: chunked) }
+    }
+
     @Test("slow reader", arguments: Via.allCases)
     func slowReader(via: Via) async throws {
         try await Self.with(via) { try await StreamingScenarios.slowReader($0) }
@@ -93,9 +98,28 @@ struct StreamingHarnessTests {
             try await client.get("/download?bytes=\(1 << 30)&framing=length&id=\(id)&sndbuf=131072")
             #expect(try await client.readHead().status == 200)
             try await client.readBody(discarding: 4 << 20)
-            let written = try await StreamingScenarios.settledWritten(path.lab, id: id)
+            let written = try await StreamingScenarios.settled { try await path.lab.stats(id).written ?? 0 }
             #expect(written - client.bodyBytes > StreamingScenarios.backpressureBound,
                     "nginx spools to its temp file: the check of slowReader must see the upstream run ahead (wrote \(written))")
+        }
+    }
+
+    @Test("negative control: through nginx with proxy_request_buffering on, an uploader runs far ahead of a sink that holds")
+    func bufferingProxyFailsHeldUpload() async throws {
+        try await Self.with(.nginx, buffering: true) { path in
+            let id = StreamingScenarios.transferID("held")
+            let progress = FileManager.default.temporaryDirectory.appendingPathComponent("portico-\(id).progress").path
+            defer { try? FileManager.default.removeItem(atPath: progress) }
+            let upload = Task {
+                try await StreamLab.upload(path.url("/upload?id=\(id)&hold=1"), count: 256 << 20, chunked: false, progress: progress)
+            }
+            let sent = try await StreamingScenarios.settled {
+                (try? String(contentsOfFile: progress, encoding: .utf8)).flatMap { Int($0) } ?? 0
+            }
+            #expect(sent > StreamingScenarios.backpressureBound,
+                    "nginx takes the whole body into its temp file: heldUpload's check must see the uploader run ahead (sent \(sent))")
+            try await path.lab.release(id)
+            #expect(try await upload.value.sink?.bytes == 256 << 20)
         }
     }
 
