@@ -20,13 +20,16 @@ struct StreamingEndToEndTests {
     static let downloads: [Transport: StreamingExpectation] = [.nio: .streams, .urlsession: .streams]
     static let uploads: [Transport: StreamingExpectation] = [.nio: .streams, .urlsession: .streams]
 
+    /// One upstream connection: every scenario sends one request at a time, and a connection a
+    /// hang-up leaked would block the next request (`Path.expectUsable`).
     static func yaml(upstreamPort: Int, transport: Transport) -> String {
         """
         listen: { address: 127.0.0.1, port: 0, threads: 2, request_timeout: 300s, max_body_bytes: 2GiB }
         admin: { address: 127.0.0.1, port: 0 }
         logging: { level: info, format: logfmt }
         upstreams:
-          lab: { url: "http://127.0.0.1:\(upstreamPort)", transport: \(transport.rawValue), timeout: 300s, max_response_bytes: 2GiB }
+          lab: { url: "http://127.0.0.1:\(upstreamPort)", transport: \(transport.rawValue), timeout: 300s, max_response_bytes: 2GiB,
+                 max_connections: 1 }
         routes:
           - { name: lab, match: { path_prefix: / }, upstream: lab, timeout: 300s }
         """

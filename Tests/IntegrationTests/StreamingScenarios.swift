@@ -42,6 +42,17 @@ enum StreamingScenarios {
             return try await proxy.metric("portico_in_flight_requests")
         }
 
+        /// After a hang-up: a new request through the proxy still gets its answer at once (Portico's
+        /// upstream pool is configured with one connection: a leaked one would block this).
+        func expectUsable() async throws {
+            do {
+                let result = try await StreamLab.download(url("/download?bytes=100000&framing=length"), timeout: .seconds(10))
+                #expect(result.status == 200 && result.complete, note("a request after the hang-up"))
+            } catch {
+                Issue.record(note("a request after the hang-up got no answer within 10 s (the upstream connection not freed?): \(error)"))
+            }
+        }
+
         /// One small request, so lazily created state (pools, threads) counts in the baseline.
         func warmUp() async throws {
             let result = try await StreamLab.download(url("/download?bytes=100000&framing=length"), timeout: .seconds(60))
@@ -154,6 +165,7 @@ enum StreamingScenarios {
         }
         client.reset()
         try await expectUpstreamClosed(path, id: id, what: "download, client stopped reading and reset")
+        try await path.expectUsable()
     }
 
     /// A byte count kept by another process (the upstream's `written`, an uploader's `sent`) once
@@ -216,9 +228,14 @@ enum StreamingScenarios {
         try await client.get("/download?bytes=\(1 << 30)&framing=chunked&id=\(id)")
         #expect(try await client.readHead().status == 200, path.note())
         try await client.readBody(discarding: 8 * mebibyte)
+        // While the body flows, the request counts as in flight (issue #21: it ends with its body).
+        if let inFlightBefore {
+            #expect(try await path.inFlight() == inFlightBefore + 1, "portico_in_flight_requests during the stream")
+        }
         client.reset()
         try await expectUpstreamClosed(path, id: id, what: "download")
         try await expectInFlight(path, back: inFlightBefore)
+        try await path.expectUsable()
     }
 
     /// A client leaving an SSE stream while it is idle (the upstream waits on the gate, nothing
@@ -240,6 +257,7 @@ enum StreamingScenarios {
         try await expectUpstreamClosed(path, id: id, what: "idle SSE stream")
         #expect(try await path.lab.stats(id).sent == 1)
         try await expectInFlight(path, back: inFlightBefore)
+        try await path.expectUsable()
     }
 
     static func expectUpstreamClosed(_ path: Path, id: String, what: String) async throws {
