@@ -10,7 +10,8 @@ import Testing
 ///
 /// Not skipped when something is missing: a missing binary, python3 or script fails the tests.
 /// Run: `swift build --build-tests && swift test --skip-build --filter StreamingEndToEndTests`
-/// (`PORTICO_STREAM_TEST_BYTES=67108864` shrinks the 1 GiB transfers for a quick look).
+/// (`PORTICO_STREAM_TEST_BYTES=67108864` shrinks the 1 GiB transfers for a quick look;
+/// `PORTICO_BINARY=/path/to/portico` runs another build, e.g. a release one).
 @Suite("Streaming end to end through the portico binary (issue #21)", .serialized)
 struct StreamingEndToEndTests {
     typealias Transport = UpstreamConfig.Transport
