@@ -16,7 +16,7 @@ Upstream endpoints (`id` names a transfer; its counters are read at /control/sta
         counts bytes the kernel accepted, `closed` turns true when the peer went away mid-body
     GET /sse?events=N&id=X&gate=1                       event i (`id: i`, `data: event-i`) is sent
         only after /control/release?id=X was called i+1 times (gate=0: all at once); chunked;
-        `sent` counts events, `closed` turns true when the peer went away (also while waiting)
+        `sent` counts events (counted as each is written), `closed` turns true when the peer went away (also while waiting)
     GET /sse-ttfe                                       one event at once, then the stream stays
         open until the client leaves (or 30 s): for time-to-first-event
     POST|PUT /upload?id=X&hold=1&rcvbuf=B               hashes the body (Content-Length or chunked)
@@ -217,8 +217,9 @@ class Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 event = b"id: %d\ndata: event-%d\n\n" % (i, i)
-                sock.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+                # Counted before the write: a client that has the event always finds it counted.
                 TRANSFERS.update(tid, sent=i + 1)
+                sock.sendall(b"%x\r\n%s\r\n" % (len(event), event))
             sock.sendall(b"0\r\n\r\n")
             TRANSFERS.update(tid, done=True)
         except OSError as error:
