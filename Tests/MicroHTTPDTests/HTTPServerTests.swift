@@ -4,15 +4,24 @@ import PorticoTesting
 import Synchronization
 import Testing
 
-/// Starts a server on port 0, runs `body`, stops the server.
+/// Starts a server on port 0 whose requests `handler` answers in a task, runs `body`, stops the server.
 func withServer(
     _ configure: (inout ServerConfiguration) -> Void = { _ in },
     handler: @escaping HTTPServer.Handler,
     _ body: (HTTPServer) async throws -> Void
 ) async throws {
+    try await withServer(configure, answering: { request in .later { await handler(request) } }, body)
+}
+
+/// Starts a server on port 0 whose requests `answering` answers, runs `body`, stops the server.
+func withServer(
+    _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    answering: @escaping HTTPServer.Answering,
+    _ body: (HTTPServer) async throws -> Void
+) async throws {
     var configuration = ServerConfiguration()
     configure(&configuration)
-    let server = HTTPServer(configuration: configuration, handler: handler)
+    let server = HTTPServer(configuration: configuration, answering: answering)
     try server.start()
     do {
         try await body(server)

@@ -131,29 +131,12 @@ final class MeteredSink: RequestBodySink {
     }
 }
 
-/// Starts a server whose every request is answered by `answer`, runs `body`, stops it.
-private func withAnsweringServer(_ configure: (inout ServerConfiguration) -> Void = { _ in },
-                                 answer: @escaping HTTPServer.Answering,
-                                 _ body: (HTTPServer) async throws -> Void) async throws {
-    var configuration = ServerConfiguration()
-    configure(&configuration)
-    let server = HTTPServer(configuration: configuration, answering: answer)
-    try server.start()
-    do {
-        try await body(server)
-    } catch {
-        await server.stop(grace: .seconds(1))
-        throw error
-    }
-    await server.stop(grace: .seconds(1))
-}
-
 @Suite("MicroHTTPD: streamed bodies")
 struct StreamingTests {
     @Test("a streamed response reaches the client chunk by chunk, then ends with its terminating chunk")
     func chunkByChunk() async throws {
         let source = FedSource()
-        try await withAnsweringServer(answer: { _ in
+        try await withServer(answering: { _ in
             .later { ServerResponse(status: 200, headers: [("Content-Type", "text/event-stream")], payload: .stream(source, length: nil)) }
         }) { server in
             let connection = try RawHTTPConnection(port: Int(server.port), timeout: .seconds(30))
@@ -180,7 +163,7 @@ struct StreamingTests {
     @Test("a stream with a declared length is sent with Content-Length")
     func knownLength() async throws {
         let source = FedSource()
-        try await withAnsweringServer(answer: { _ in
+        try await withServer(answering: { _ in
             .later { ServerResponse(status: 200, payload: .stream(source, length: 6)) }
         }) { server in
             let connection = try RawHTTPConnection(port: Int(server.port), timeout: .seconds(30))
@@ -199,7 +182,7 @@ struct StreamingTests {
     @Test("a failure mid-stream closes the connection short of its framing", arguments: [false, true])
     func failureMidStream(declared: Bool) async throws {
         let source = FedSource()
-        try await withAnsweringServer(answer: { _ in
+        try await withServer(answering: { _ in
             .later { ServerResponse(status: 200, payload: .stream(source, length: declared ? 100 : nil)) }
         }) { server in
             let connection = try RawHTTPConnection(port: Int(server.port), timeout: .seconds(30))
@@ -217,7 +200,7 @@ struct StreamingTests {
     @Test("a client leaving a waiting stream is noticed: the source is closed and the stream ends", arguments: [false, true])
     func clientLeaves(reset: Bool) async throws {
         let source = FedSource()
-        try await withAnsweringServer(answer: { _ in
+        try await withServer(answering: { _ in
             .later { ServerResponse(status: 200, payload: .stream(source, length: nil)) }
         }) { server in
             let connection = try RawHTTPConnection(port: Int(server.port), timeout: .seconds(30))
@@ -256,7 +239,7 @@ struct StreamingTests {
     func streamedUpload(chunked: Bool) async throws {
         let sink = MeteredSink(capacity: .max)
         let seen = Mutex<ServerRequest.StreamedBody?>(nil)
-        try await withAnsweringServer({ $0.bufferedBodyBytes = 1024 }, answer: { request in
+        try await withServer({ $0.bufferedBodyBytes = 1024 }, answering: { request in
             seen.withLock { $0 = request.streamedBody }
             return .later({
                 await sink.ended()
@@ -284,10 +267,10 @@ struct StreamingTests {
     @Test("an upload faster than its sink parks the connection: the server reads no further until the sink drains")
     func uploadBackpressure() async throws {
         let sink = MeteredSink(capacity: 256 * 1024)
-        try await withAnsweringServer({
+        try await withServer({
             $0.bufferedBodyBytes = 1024
             $0.maxBodyBytes = 64 * 1024 * 1024
-        }, answer: { _ in
+        }, answering: { _ in
             .later({
                 await sink.ended()
                 return ServerResponse(status: 200, body: Array("got \(sink.received)\n".utf8))
@@ -315,10 +298,10 @@ struct StreamingTests {
     @Test("a streamed upload that crosses max_body_bytes is cut: the sink fails and the connection closes")
     func uploadTooLarge() async throws {
         let sink = MeteredSink(capacity: .max)
-        try await withAnsweringServer({
+        try await withServer({
             $0.bufferedBodyBytes = 1024
             $0.maxBodyBytes = 50_000
-        }, answer: { _ in
+        }, answering: { _ in
             .later({
                 await sink.ended()
                 return ServerResponse(status: 200, body: Array("unexpected\n".utf8))
