@@ -13,8 +13,9 @@ import NIOTLS
 ///
 /// Every method runs on the channel's event loop. Failures reach the waiting promise as
 /// `UpstreamError` (via `NIOUpstream.classify`) where a kind applies.
-final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = HTTPClientRequestPart
     typealias OutboundOut = HTTPClientRequestPart
 
     private struct Exchange {
@@ -44,6 +45,10 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
     private let awaitsHandshake: Bool
     private var context: ChannelHandlerContext?
     private var handshakeTimeout: Scheduled<Void>?
+    /// A streamed response's reader is a high water behind: reads wait (held here, so TLS and
+    /// the decoder see them in order when they go on).
+    private var readsPaused = false
+    private var readHeld = false
 
     /// `ready` succeeds once the connection can carry a request; with `awaitsHandshake` that
     /// is after `TLSUserEvent.handshakeCompleted`, otherwise when the channel is active.
@@ -138,10 +143,10 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
             }
         case .body(let part):
             if let relay = exchange.relay {
-                let channel = context.channel
-                switch relay.deliver(part, resume: { channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in } }) {
+                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+                switch relay.deliver(part, resume: { handler.eventLoop.execute { handler.value.resumeReads() } }) {
                 case .proceed: break
-                case .pause: try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+                case .pause: readsPaused = true
                 case .stop: fail(CancellationError())
                 }
                 return
@@ -166,7 +171,7 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
             state = reusable ? .idle : .closed
             if !reusable { context.close(promise: nil) }
             if let relay = exchange.relay {
-                if reusable { try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true) }
+                resumeReads()
                 relay.finish()
                 exchange.finished?.succeed(reusable)
             } else {
@@ -193,6 +198,22 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
             state = .closed
         }
         context.fireChannelInactive()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if readsPaused {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    private func resumeReads() {
+        readsPaused = false
+        if readHeld, let context {
+            readHeld = false
+            context.read()
+        }
     }
 
     private func becomeReady() {

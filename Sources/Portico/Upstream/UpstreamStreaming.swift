@@ -47,8 +47,24 @@ final class StreamedResponseRelay: Sendable {
         case stop
     }
 
+    /// Whether the writer was finished or failed: nothing may be offered after that, and the
+    /// watchdog fails it from its own task, so the check and the offer happen under this lock.
+    private final class Ending: Sendable {
+        let ended = Mutex(false)
+
+        /// Runs `body` unless the writer has ended; `end` marks it ended first.
+        func ifOpen<T>(end: Bool = false, _ body: () -> T) -> T? {
+            ended.withLock { ended in
+                guard !ended else { return nil }
+                if end { ended = true }
+                return body()
+            }
+        }
+    }
+
     let stream: BodyStream
     private let writer: BodyWriter
+    private let ending = Ending()
     private let watchdog: StreamWatchdog
     private let limit: Int
     private let upstream: String
@@ -62,9 +78,10 @@ final class StreamedResponseRelay: Sendable {
         self.limit = limit
         self.upstream = upstream
         self.logger = context.logger
+        let ending = self.ending
         let watchdog = StreamWatchdog(clock: context.clock, idle: context.streamIdleTimeout,
                                       maxDuration: context.maxStreamDuration) { error in
-            writer.fail(error)
+            ending.ifOpen(end: true) { writer.fail(error) }
             cancel()
         }
         self.watchdog = watchdog
@@ -82,17 +99,17 @@ final class StreamedResponseRelay: Sendable {
             return .stop
         }
         watchdog.touch()
-        switch writer.offer(part, resume: resume) {
-        case .accepted: return .proceed
-        case .full: return .pause
-        case .readerGone: return .stop
+        switch ending.ifOpen({ writer.offer(part, resume: resume) }) {
+        case .accepted?: return .proceed
+        case .full?: return .pause
+        case .readerGone?, nil: return .stop
         }
     }
 
     /// The body arrived whole.
     func finish() {
         watchdog.stop()
-        writer.finish()
+        ending.ifOpen(end: true) { writer.finish() }
     }
 
     /// The exchange failed after the head: the reader gets the mapped error after the bytes
@@ -102,8 +119,10 @@ final class StreamedResponseRelay: Sendable {
         watchdog.stop()
         let mapped = NIOUpstream.classify(error, afterHead: true, limit: limit)
             ?? .connectionClosed("the exchange was cancelled")
-        if writer.readerGone == nil { mapped.log(upstream: upstream, to: logger) }
-        writer.fail(mapped.gatewayError(upstream: upstream))
+        ending.ifOpen(end: true) {
+            if writer.readerGone == nil { mapped.log(upstream: upstream, to: logger) }
+            writer.fail(mapped.gatewayError(upstream: upstream))
+        }
     }
 }
 
