@@ -36,6 +36,7 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
         var budget: Duration?
         var timerMayStart = false
         var timedOut = false
+        var headReceived = false
     }
 
     private let limit: Int
@@ -54,9 +55,7 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
     }
 
     /// Whether the response head arrived, so a failure is a reset mid-body rather than a failed connect.
-    var afterHead: Bool {
-        state.withLock { if case .awaitingHead = $0.phase { false } else { true } }
-    }
+    var afterHead: Bool { state.withLock { $0.headReceived } }
 
     /// Takes the running task; `headBudget` bounds the wait for the head from now, or with
     /// `afterUpload` from `uploadEnded()`.
@@ -98,6 +97,7 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
     // MARK: Delegate
 
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        state.withLock { $0.headReceived = true }
         switch ResponseBodyPlan(head: head, requestIsHead: requestIsHead, limit: limit) {
         case .buffer:
             state.withLock { $0.phase = .buffering(head, nil) }
