@@ -287,6 +287,48 @@ struct NIOStreamingTests {
         }
     }
 
+    @Test("an upload that stalls fails after stream_idle_timeout (ManualClock)", arguments: transports)
+    func stalledUpload(transport: Transport) async throws {
+        let clock = ManualClock()
+        try await Fixture.withUpstream(transport) { _, client in
+            let (stream, writer) = BodyStream.makeStream(length: nil, highWater: 1)
+            var request = Fixture.request(.post, "/echo")
+            request.body = Body(stream: stream)
+            let context = Self.context(clock: clock, idle: .seconds(5))
+            let answer = Task { try await client.send(request, context: context) }
+            try await writer.write(ByteBuffer(string: "the start, then nothing"))
+            await clock.waitForSleepers(1)
+            clock.advance(by: .seconds(6))
+            let (error, _) = await Fixture.expectGatewayError { try await answer.value }
+            #expect(error?.kind == .requestTimeout)
+            #expect(error?.message.contains("stream_idle_timeout") == true, "\(String(describing: error))")
+            withExtendedLifetime(writer) {}
+        }
+    }
+
+    @Test("the route timeout bounds the head only: a streamed response outlives it (ManualClock)", arguments: transports)
+    func streamOutlivesTheRouteTimeout(transport: Transport) async throws {
+        let pieces = Pieces()
+        let clock = ManualClock()
+        try await Fixture.withUpstream(transport, script: { upstream in
+            upstream.route("/ticks", .streamed(pieces.stream))
+        }) { _, client in
+            pieces.send(Array("tick 0\n".utf8))
+            let context = Self.context(clock: clock, deadlineIn: .seconds(2), idle: .seconds(5))
+            let response = try await client.send(Fixture.request(.get, "/ticks"), context: context)
+            let reader = response.body.reader()
+            var received = ByteBuffer()
+            for tick in 1...10 {
+                while received.readableBytes < 7 * tick, let chunk = try await reader.next() { received.writeImmutableBuffer(chunk) }
+                clock.advance(by: .seconds(1))
+                pieces.send(Array("tick \(tick % 10)\n".utf8))
+            }
+            pieces.end()
+            while let chunk = try await reader.next() { received.writeImmutableBuffer(chunk) }
+            #expect(String(buffer: received) == (0...10).map { "tick \($0 % 10)\n" }.joined())
+        }
+    }
+
     @Test("small responses stay buffered: declared up to 64 KiB", arguments: transports)
     func smallResponsesAreBuffered(transport: Transport) async throws {
         let exact = Fixture.randomBytes(Body.bufferedLimit)
