@@ -6,11 +6,15 @@ import NIOHTTP1
 import Synchronization
 
 /// The `nio` transport: AsyncHTTPClient on SwiftNIO, for throughput. Bodies travel byte for
-/// byte (no decompression), redirects are passed through.
+/// byte (no decompression), redirects are passed through. Bodies stream both ways: a streamed
+/// request body goes up as it arrives (`UpstreamUpload`); a response body larger than
+/// `Body.bufferedLimit` or undeclared is handed on as a stream at its head
+/// (`StreamedResponseRelay`), a smaller one is collected whole. The route's timeout bounds the
+/// wait for the response head only.
 ///
-/// One `HTTPClient` per upstream, all on the process-wide event loop group: the pool size,
-/// connect and read timeouts are per-client settings, so a client per upstream is what makes
-/// `max_connections` and the timeouts per upstream; it also lets a configuration reload shut
+/// One `HTTPClient` per upstream, all on the process-wide event loop group: the pool size and
+/// the connect timeout are per-client settings, so a client per upstream is what makes
+/// `max_connections` and `connect_timeout` per upstream; it also lets a configuration reload shut
 /// down a removed upstream's connections without touching the others. Threads are shared.
 /// With `tls.server_name`, an `HTTP1ConnectionPool` replaces AsyncHTTPClient (see there why);
 /// request building, response shaping and error kinds are the same code for both.
