@@ -69,20 +69,37 @@ struct HTTP1Connection: Sendable {
         return connection
     }
 
-    /// Sends one request and collects the response; cancelling the task closes the connection.
-    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int) async throws -> HTTP1Response {
+    /// Sends one request and returns the response (with a streamed body, at its head);
+    /// cancelling the task while it waits closes the connection. A streamed request body is
+    /// written part by part after the head, each write awaited (the socket's backpressure);
+    /// if it fails, the connection is closed.
+    func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         let channel = self.channel
         return try await withTaskCancellationHandler {
-            try await channel.eventLoop.flatSubmit {
+            let response = try await channel.eventLoop.submit {
                 let promise = channel.eventLoop.makePromise(of: HTTP1Response.self)
                 do {
                     let handler = try channel.pipeline.syncOperations.handler(type: HTTP1ExchangeHandler.self)
-                    handler.execute(head, body: body, limit: limit, promise: promise)
+                    handler.execute(exchange, promise: promise)
                 } catch {
                     promise.fail(UpstreamError.connectionClosed("pooled connection no longer usable"))
                 }
                 return promise.futureResult
             }.get()
+            if let upload = exchange.upload {
+                // After the head was queued on the event loop, so the parts follow it.
+                Task {
+                    do {
+                        try await upload.run { chunk in
+                            try await channel.writeAndFlush(HTTPClientRequestPart.body(.byteBuffer(chunk))).get()
+                        }
+                        try await channel.writeAndFlush(HTTPClientRequestPart.end(nil)).get()
+                    } catch {
+                        channel.close(promise: nil)
+                    }
+                }
+            }
+            return try await response.get()
         } onCancel: {
             channel.close(promise: nil)
         }

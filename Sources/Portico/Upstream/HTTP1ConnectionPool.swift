@@ -52,8 +52,9 @@ final class HTTP1ConnectionPool: Sendable {
     }
 
     /// One exchange on a pooled (or new) connection. Errors are `UpstreamError` where a kind
-    /// applies; cancellation closes the connection in use and rethrows.
-    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int) async throws -> HTTP1Response {
+    /// applies; cancellation closes the connection in use and rethrows. A response whose body
+    /// streams keeps its connection until the body has ended (or failed).
+    func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         let connection: HTTP1Connection
         if let pooled = try await lease() {
             connection = pooled
@@ -66,13 +67,25 @@ final class HTTP1ConnectionPool: Sendable {
             }
         }
         do {
-            let response = try await connection.execute(head, body: body, limit: limit)
-            release(connection, reusable: response.reusable)
+            let response = try await connection.execute(exchange)
+            if let finished = response.finished {
+                finished.whenComplete { [self] result in
+                    release(connection, reusable: (try? result.get()) ?? false)
+                }
+            } else {
+                release(connection, reusable: response.reusable)
+            }
             return response
         } catch {
             release(connection, reusable: false)
             throw error
         }
+    }
+
+    /// One exchange with a buffered request body, its response collected whole (the token endpoint's).
+    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int) async throws -> HTTP1Response {
+        try await execute(HTTP1Exchange(head: head, body: body, upload: nil, limit: limit,
+                                        requestIsHead: head.method == .HEAD, makeRelay: nil))
     }
 
     /// Closes every connection and fails waiting requests; later requests fail at once.

@@ -5,21 +5,30 @@ import NIOTLS
 
 /// The last handler of an `HTTP1Connection`'s pipeline: says when the connection is ready
 /// (TCP up, and with TLS the handshake done and `ServerNameVerificationHandler` satisfied), then
-/// runs one exchange at a time: writes the request, collects the response head and body up to
-/// a limit, and reports whether the connection may carry another request.
+/// runs one exchange at a time: writes the request (a streamed request body follows from
+/// `HTTP1Connection`), collects the response head, then the body up to a limit — or, for a
+/// large or undeclared body (`ResponseBodyPlan`), answers at the head with a streamed body and
+/// relays the parts as they come, pausing reads while the reader is behind — and reports
+/// whether the connection may carry another request.
 ///
 /// Every method runs on the channel's event loop. Failures reach the waiting promise as
 /// `UpstreamError` (via `NIOUpstream.classify`) where a kind applies.
-final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = HTTPClientRequestPart
     typealias OutboundOut = HTTPClientRequestPart
 
     private struct Exchange {
+        var request: HTTP1Exchange
         var promise: EventLoopPromise<HTTP1Response>
-        var limit: Int
         var requestAsksClose: Bool
         var head: HTTPResponseHead?
         var body: ByteBuffer?
+        /// Once the response streams: where its parts go, and what hears how it ended
+        /// (`true`: the connection may be reused).
+        var relay: StreamedResponseRelay?
+        var finished: EventLoopPromise<Bool>?
+        var limit: Int { request.limit }
     }
 
     private enum State {
@@ -36,6 +45,10 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
     private let awaitsHandshake: Bool
     private var context: ChannelHandlerContext?
     private var handshakeTimeout: Scheduled<Void>?
+    /// A streamed response's reader is a high water behind: reads wait (held here, so TLS and
+    /// the decoder see them in order when they go on).
+    private var readsPaused = false
+    private var readHeld = false
 
     /// `ready` succeeds once the connection can carry a request; with `awaitsHandshake` that
     /// is after `TLSUserEvent.handshakeCompleted`, otherwise when the channel is active.
@@ -54,16 +67,23 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
         }
     }
 
-    /// Sends one request; `promise` gets the response (or the failure).
-    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int, promise: EventLoopPromise<HTTP1Response>) {
+    /// Sends one request; `promise` gets the response (or the failure). With a streamed
+    /// request body only the head is written here: the caller writes the body parts and the
+    /// end, and the connection is not reused afterwards (the response may end before the upload).
+    func execute(_ request: HTTP1Exchange, promise: EventLoopPromise<HTTP1Response>) {
         guard case .idle = state, let context, context.channel.isActive else {
             promise.fail(UpstreamError.connectionClosed("pooled connection no longer usable"))
             return
         }
-        let asksClose = !head.isKeepAlive
-        state = .exchanging(Exchange(promise: promise, limit: limit, requestAsksClose: asksClose))
+        let head = request.head
+        let asksClose = !head.isKeepAlive || request.upload != nil
+        state = .exchanging(Exchange(request: request, promise: promise, requestAsksClose: asksClose))
+        guard request.upload == nil else {
+            context.writeAndFlush(wrapOutboundOut(.head(head)), promise: nil)
+            return
+        }
         context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if let body, body.readableBytes > 0 {
+        if let body = request.body, body.readableBytes > 0 {
             context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         }
         let written = context.eventLoop.makePromise(of: Void.self)
@@ -104,8 +124,33 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
         switch unwrapInboundIn(data) {
         case .head(let head):
             exchange.head = head  // 1xx never arrive: the decoder drops them
-            state = .exchanging(exchange)
+            var plan = ResponseBodyPlan(head: head, requestIsHead: exchange.request.requestIsHead, limit: exchange.limit)
+            if case .stream = plan, exchange.request.makeRelay == nil { plan = .buffer }
+            switch plan {
+            case .buffer:
+                state = .exchanging(exchange)
+            case .tooLarge:
+                fail(UpstreamError.responseTooLarge(limit: exchange.limit))
+            case .stream(let length):
+                let channel = context.channel
+                let relay = exchange.request.makeRelay!(length) { channel.close(promise: nil) }
+                let finished = context.eventLoop.makePromise(of: Bool.self)
+                exchange.relay = relay
+                exchange.finished = finished
+                state = .exchanging(exchange)
+                exchange.promise.succeed(HTTP1Response(head: head, body: ByteBuffer(), stream: relay.stream, reusable: false,
+                                                       finished: finished.futureResult))
+            }
         case .body(let part):
+            if let relay = exchange.relay {
+                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+                switch relay.deliver(part, resume: { handler.eventLoop.execute { handler.value.resumeReads() } }) {
+                case .proceed: break
+                case .pause: readsPaused = true
+                case .stop: fail(CancellationError())
+                }
+                return
+            }
             let collected = exchange.body?.readableBytes ?? 0
             guard collected + part.readableBytes <= exchange.limit else {
                 fail(UpstreamError.responseTooLarge(limit: exchange.limit))
@@ -125,7 +170,13 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
             let reusable = head.isKeepAlive && !exchange.requestAsksClose && context.channel.isActive
             state = reusable ? .idle : .closed
             if !reusable { context.close(promise: nil) }
-            exchange.promise.succeed(HTTP1Response(head: head, body: exchange.body ?? ByteBuffer(), reusable: reusable))
+            if let relay = exchange.relay {
+                resumeReads()
+                relay.finish()
+                exchange.finished?.succeed(reusable)
+            } else {
+                exchange.promise.succeed(HTTP1Response(head: head, body: exchange.body ?? ByteBuffer(), reusable: reusable))
+            }
         }
     }
 
@@ -149,6 +200,22 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
         context.fireChannelInactive()
     }
 
+    func read(context: ChannelHandlerContext) {
+        if readsPaused {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    private func resumeReads() {
+        readsPaused = false
+        if readHeld, let context {
+            readHeld = false
+            context.read()
+        }
+    }
+
     private func becomeReady() {
         guard case .connecting(let ready) = state else { return }
         handshakeTimeout?.cancel()
@@ -165,7 +232,13 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
         case .connecting(let ready):
             ready.fail(Self.kind(of: error, afterHead: false, limit: 0))
         case .exchanging(let exchange):
-            exchange.promise.fail(Self.kind(of: error, afterHead: exchange.head != nil, limit: exchange.limit))
+            if let relay = exchange.relay {
+                // The response was handed on at its head: its reader hears of the failure.
+                relay.fail(error)
+                exchange.finished?.succeed(false)
+            } else {
+                exchange.promise.fail(Self.kind(of: error, afterHead: exchange.head != nil, limit: exchange.limit))
+            }
         case .idle, .closed:
             break
         }
@@ -179,10 +252,31 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, RemovableChannelHandler
     }
 }
 
-/// One upstream response, collected whole.
+/// One request for an `HTTP1ConnectionPool`, and how its response body is to travel.
+struct HTTP1Exchange: Sendable {
+    var head: HTTPRequestHead
+    /// A buffered request body (`nil`: none, or streamed).
+    var body: ByteBuffer?
+    /// A streamed request body, written after the head as it arrives.
+    var upload: UpstreamUpload?
+    /// `max_response_bytes`.
+    var limit: Int
+    var requestIsHead: Bool
+    /// The relay for a response body that streams, given its declared length and how to
+    /// cancel the exchange (close the connection); `nil`: every body is collected whole.
+    var makeRelay: (@Sendable (_ length: Int?, _ cancel: @escaping @Sendable () -> Void) -> StreamedResponseRelay)?
+}
+
+/// One upstream response: collected whole, or with a streamed body still flowing.
 struct HTTP1Response: Sendable {
     var head: HTTPResponseHead
+    /// The body collected whole (empty when it streams).
     var body: ByteBuffer
+    /// The body when it streams.
+    var stream: BodyStream? = nil
     /// The connection may carry another request (keep-alive on both sides, still open).
+    /// For a streamed body, `finished` says it once the body has ended.
     var reusable: Bool
+    /// A streamed body's end: `true` when the connection may carry another request.
+    var finished: EventLoopFuture<Bool>? = nil
 }

@@ -11,14 +11,14 @@ extension HTTPClient.Configuration {
     /// retried until the deadline).
     ///
     /// AsyncHTTPClient also bounds the wait for a free pooled connection by `connectTimeout`.
-    static func portico(tls: TLSClientConfig, connectTimeout: Duration, readTimeout: Duration,
+    static func portico(tls: TLSClientConfig, connectTimeout: Duration, readTimeout: Duration?,
                         connectionPool: ConnectionPool = ConnectionPool()) -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
         configuration.httpVersion = .http1Only
         configuration.tracing.tracer = nil
-        configuration.timeout = .init(connect: TimeAmount(connectTimeout), read: TimeAmount(readTimeout))
+        configuration.timeout = .init(connect: TimeAmount(connectTimeout), read: readTimeout.map { TimeAmount($0) })
         configuration.connectionPool = connectionPool
         configuration.connectionPool.retryConnectionEstablishment = false
         configuration.tlsConfiguration = tls.nioConfiguration

@@ -3,56 +3,227 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 
-/// Collects one upstream response on its event loop: the head, then the body up to a limit.
+/// Receives one upstream response from AsyncHTTPClient on its event loop and hands it to the
+/// waiting gateway task: a small one (declared length up to `Body.bufferedLimit`) collected whole,
+/// as before; a larger or undeclared one as a `Body(stream:)` right after its head, its bytes
+/// relayed by a `StreamedResponseRelay` with backpressure (a paused relay leaves the
+/// `didReceiveBodyPart` future pending, and AsyncHTTPClient stops reading the connection).
 ///
-/// The whole exchange stays on the connection's event loop (no async sequence demand hopping
-/// between threads per body part); the gateway's task waits once, for the finished response.
+/// The head deadline is ours, not AsyncHTTPClient's (whose deadline covers the whole exchange,
+/// body included, and would cut a long stream): armed by `start` (or, for a streamed request
+/// body, when the upload ends), it cancels the exchange if no head came in time; a buffered
+/// response stays under it to its end, as before; a streamed one leaves it at the head.
 final class NIOResponseCollector: HTTPClientResponseDelegate {
-    typealias Response = (head: HTTPResponseHead, body: ByteBuffer)
+    typealias Response = Void
+
+    private enum Phase {
+        case awaitingHead
+        case buffering(HTTPResponseHead, ByteBuffer?)
+        case streaming(StreamedResponseRelay)
+        case done
+    }
 
     private struct State {
-        var head: HTTPResponseHead?
-        var body: ByteBuffer?
+        var phase = Phase.awaitingHead
+        var waiter: CheckedContinuation<GatewayResponse, any Error>?
+        /// The outcome when it came before anyone waited (held only until taken: a streamed
+        /// body must not be kept alive here once the gateway lets go of it).
+        var outcome: Result<GatewayResponse, any Error>?
+        var delivered = false
+        var task: HTTPClient.Task<Void>?
+        var headTimer: Scheduled<Void>?
+        /// The budget for the head, once the timer may start (`start`, or the upload's end).
+        var budget: Duration?
+        var timerMayStart = false
+        var timedOut = false
+        var headReceived = false
     }
 
     private let limit: Int
+    private let requestIsHead: Bool
+    private let upstream: String
+    private let context: RequestContext
     // Only the task's event loop calls the delegate, one callback at a time; the lock is
-    // uncontended and there so that `afterHead` can be read from the waiting task.
+    // uncontended and there for the waiting task and the timer.
     private let state = Mutex(State())
 
-    init(limit: Int) {
+    init(limit: Int, requestIsHead: Bool, upstream: String, context: RequestContext) {
         self.limit = limit
+        self.requestIsHead = requestIsHead
+        self.upstream = upstream
+        self.context = context
     }
 
     /// Whether the response head arrived, so a failure is a reset mid-body rather than a failed connect.
-    var afterHead: Bool { state.withLock { $0.head != nil } }
+    var afterHead: Bool { state.withLock { $0.headReceived } }
 
-    func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
-        state.withLock { $0.head = head }
-        return task.eventLoop.makeSucceededVoidFuture()
+    /// Takes the running task; `headBudget` bounds the wait for the head from now, or with
+    /// `afterUpload` from `uploadEnded()`.
+    func start(_ task: HTTPClient.Task<Void>, headBudget: Duration, afterUpload: Bool) {
+        task.futureResult.whenFailure { [self] error in failed(error) }
+        let arm = state.withLock { state -> Bool in
+            state.task = task
+            state.budget = headBudget
+            if !afterUpload { state.timerMayStart = true }
+            return state.timerMayStart
+        }
+        if arm { armHeadTimer() }
     }
 
-    func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ part: ByteBuffer) -> EventLoopFuture<Void> {
-        let overLimit = state.withLock { state -> Bool in
-            let collected = state.body?.readableBytes ?? 0
-            guard collected + part.readableBytes <= limit else { return true }
-            if state.body == nil {
-                state.body = part  // the common single-part body: no copy
-            } else {
-                state.body!.writeImmutableBuffer(part)
+    /// The streamed request body was sent: the head deadline starts now.
+    func uploadEnded() {
+        let arm = state.withLock { state -> Bool in
+            state.timerMayStart = true
+            return state.task != nil
+        }
+        if arm { armHeadTimer() }
+    }
+
+    /// The response: buffered when complete, streamed once its head is here.
+    func response() async throws -> GatewayResponse {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready = state.withLock { state -> Result<GatewayResponse, any Error>? in
+                if let outcome = state.outcome {
+                    state.outcome = nil
+                    return outcome
+                }
+                state.waiter = continuation
+                return nil
             }
-            return false
+            if let ready { continuation.resume(with: ready) }
         }
-        if overLimit {
+    }
+
+    // MARK: Delegate
+
+    func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        state.withLock { $0.headReceived = true }
+        switch ResponseBodyPlan(head: head, requestIsHead: requestIsHead, limit: limit) {
+        case .buffer:
+            state.withLock { $0.phase = .buffering(head, nil) }
+        case .tooLarge:
             return task.eventLoop.makeFailedFuture(NIOTooManyBytesError(maxBytes: limit))
+        case .stream(let length):
+            let relay = StreamedResponseRelay(length: length, limit: limit, upstream: upstream, context: context) {
+                task.cancel()
+            }
+            let timer = state.withLock { state in
+                state.phase = .streaming(relay)
+                defer { state.headTimer = nil }
+                return state.headTimer
+            }
+            timer?.cancel()
+            deliver(.success(NIOUpstream.makeResponse(head, body: Body(stream: relay.stream))))
         }
         return task.eventLoop.makeSucceededVoidFuture()
     }
 
-    func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
-        try state.withLock { state in
-            guard let head = state.head else { throw UpstreamError.protocolError("no response head") }
-            return (head, state.body ?? ByteBuffer())
+    func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ part: ByteBuffer) -> EventLoopFuture<Void> {
+        enum Next { case collected, relay(StreamedResponseRelay), overLimit }
+        let next = state.withLock { state -> Next in
+            switch state.phase {
+            case .buffering(let head, var body):
+                guard (body?.readableBytes ?? 0) + part.readableBytes <= limit else { return .overLimit }
+                if body == nil {
+                    body = part  // the common single-part body: no copy
+                } else {
+                    state.phase = .done  // drop the reference so the append does not copy
+                    body!.writeImmutableBuffer(part)
+                }
+                state.phase = .buffering(head, body)
+                return .collected
+            case .streaming(let relay):
+                return .relay(relay)
+            case .awaitingHead, .done:
+                return .collected
+            }
         }
+        switch next {
+        case .collected:
+            return task.eventLoop.makeSucceededVoidFuture()
+        case .overLimit:
+            return task.eventLoop.makeFailedFuture(NIOTooManyBytesError(maxBytes: limit))
+        case .relay(let relay):
+            let resumed = task.eventLoop.makePromise(of: Void.self)
+            switch relay.deliver(part, resume: { resumed.succeed() }) {
+            case .proceed:
+                resumed.succeed()
+            case .pause:
+                break
+            case .stop:
+                resumed.fail(NIOTooManyBytesError(maxBytes: limit))  // the relay has told the reader
+            }
+            return resumed.futureResult
+        }
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<Void>) throws {
+        let (phase, timer) = state.withLock { state in
+            defer { (state.phase, state.headTimer, state.task) = (.done, nil, nil) }
+            return (state.phase, state.headTimer)
+        }
+        timer?.cancel()
+        switch phase {
+        case .buffering(let head, let body):
+            deliver(.success(NIOUpstream.makeResponse(head, body: Body(body ?? ByteBuffer()))))
+        case .streaming(let relay):
+            relay.finish()
+        case .awaitingHead, .done:
+            deliver(.failure(UpstreamError.protocolError("no response head")))
+        }
+    }
+
+    // MARK: Failure and the head deadline
+
+    private func failed(_ error: any Error) {
+        let (phase, timer, timedOut) = state.withLock { state in
+            defer { (state.phase, state.headTimer, state.task) = (.done, nil, nil) }
+            return (state.phase, state.headTimer, state.timedOut)
+        }
+        timer?.cancel()
+        if case .streaming(let relay) = phase {
+            relay.fail(error)
+        } else {
+            deliver(.failure(timedOut ? UpstreamError.timeout : error))
+        }
+    }
+
+    private func armHeadTimer() {
+        state.withLock { state in
+            guard let task = state.task, let budget = state.budget, state.headTimer == nil else { return }
+            switch state.phase {
+            case .awaitingHead, .buffering:
+                state.headTimer = task.eventLoop.scheduleTask(in: TimeAmount(budget)) { [self] in timeOut() }
+            case .streaming, .done:
+                break
+            }
+        }
+    }
+
+    private func timeOut() {
+        let task = state.withLock { state -> HTTPClient.Task<Void>? in
+            switch state.phase {
+            case .awaitingHead, .buffering:
+                state.timedOut = true
+                return state.task
+            case .streaming, .done:
+                return nil
+            }
+        }
+        task?.cancel()
+    }
+
+    private func deliver(_ outcome: Result<GatewayResponse, any Error>) {
+        let waiter = state.withLock { state -> CheckedContinuation<GatewayResponse, any Error>? in
+            guard !state.delivered else { return nil }
+            state.delivered = true
+            guard let waiter = state.waiter else {
+                state.outcome = outcome
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume(with: outcome)
     }
 }

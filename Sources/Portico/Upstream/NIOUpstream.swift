@@ -6,11 +6,15 @@ import NIOHTTP1
 import Synchronization
 
 /// The `nio` transport: AsyncHTTPClient on SwiftNIO, for throughput. Bodies travel byte for
-/// byte (no decompression), redirects are passed through.
+/// byte (no decompression), redirects are passed through. Bodies stream both ways: a streamed
+/// request body goes up as it arrives (`UpstreamUpload`); a response body larger than
+/// `Body.bufferedLimit` or undeclared is handed on as a stream at its head
+/// (`StreamedResponseRelay`), a smaller one is collected whole. The route's timeout bounds the
+/// wait for the response head only.
 ///
-/// One `HTTPClient` per upstream, all on the process-wide event loop group: the pool size,
-/// connect and read timeouts are per-client settings, so a client per upstream is what makes
-/// `max_connections` and the timeouts per upstream; it also lets a configuration reload shut
+/// One `HTTPClient` per upstream, all on the process-wide event loop group: the pool size and
+/// the connect timeout are per-client settings, so a client per upstream is what makes
+/// `max_connections` and `connect_timeout` per upstream; it also lets a configuration reload shut
 /// down a removed upstream's connections without touching the others. Threads are shared.
 /// With `tls.server_name`, an `HTTP1ConnectionPool` replaces AsyncHTTPClient (see there why);
 /// request building, response shaping and error kinds are the same code for both.
@@ -43,8 +47,10 @@ final class NIOUpstream: UpstreamClient {
         }
         // A burst larger than `max_connections` that waits longer than `connect_timeout` for a
         // pooled connection fails with 504.
+        // No read timeout: the head deadline (`NIOResponseCollector`) and a streamed body's
+        // watchdog bound the silences, and a reader pausing the body must not look idle.
         let configuration = HTTPClient.Configuration.portico(
-            tls: config.tls, connectTimeout: config.connectTimeout, readTimeout: config.timeout,
+            tls: config.tls, connectTimeout: config.connectTimeout, readTimeout: nil,
             connectionPool: .init(idleTimeout: TimeAmount(config.idleTimeout),
                                   concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, config.maxConnections)))
         self.exchanger = .client(HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
@@ -67,32 +73,57 @@ final class NIOUpstream: UpstreamClient {
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         var headers = Self.requestHeaders(request, config: config, upstreamHost: target.authority)
         let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? $0 : nil }
+        // A streamed request body goes up as it arrives (see `UpstreamUpload` for its timeouts).
+        let upload = request.body.isStreamed ? UpstreamUpload(request.body, context: context) : nil
         let deadline = upstreamDeadline(config: config, context: context)
         let remaining = context.clock.now.duration(to: deadline)
         guard remaining > .zero else { throw UpstreamError.timeout.gatewayError(upstream: config.name) }
         let limit = config.maxResponseBytes
         switch exchanger {
         case .client(let client):
-            return try await send(request, headers: headers, body: body, remaining: remaining, through: client, context: context)
+            return try await send(request, headers: headers, body: body, upload: upload, remaining: remaining,
+                                  through: client, context: context)
         case .unusable(let reason):
             let failure = UpstreamError.tls(reason)
             failure.log(upstream: config.name, to: context.logger)
             throw failure.gatewayError(upstream: config.name)
         case .pool(let pool):
-            // Framing follows the buffered body, as AsyncHTTPClient frames it.
-            if body != nil || !Self.methodsWithoutBody.contains(request.method) {
+            // Framing follows the body, as AsyncHTTPClient frames it.
+            if let upload {
+                if let length = upload.length {
+                    headers.add(name: "Content-Length", value: String(length))
+                } else {
+                    headers.add(name: "Transfer-Encoding", value: "chunked")
+                }
+            } else if body != nil || !Self.methodsWithoutBody.contains(request.method) {
                 headers.add(name: "Content-Length", value: String(body?.readableBytes ?? 0))
             }
             let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue),
                                        uri: target.pathAndQuery(for: request.target), headers: headers)
+            let upstream = config.name
+            let exchange = HTTP1Exchange(head: head, body: body, upload: upload, limit: limit,
+                                         requestIsHead: request.method == .head) { length, cancel in
+                StreamedResponseRelay(length: length, limit: limit, upstream: upstream, context: context, cancel: cancel)
+            }
             do {
                 // The pool has no deadline of its own: the task is cancelled at the deadline,
-                // which closes the connection in use.
-                let response = try await withUpstreamDeadline(deadline, clock: context.clock) {
-                    try await pool.execute(head, body: body, limit: limit)
+                // which closes the connection in use. The deadline bounds the wait for the
+                // response head (a streamed response body then flows under its watchdog); with a
+                // streamed request body it counts from the end of the upload.
+                let response: HTTP1Response
+                if let upload {
+                    response = try await withUpstreamDeadline(remaining, after: upload, clock: context.clock) {
+                        try await pool.execute(exchange)
+                    }
+                } else {
+                    response = try await withUpstreamDeadline(deadline, clock: context.clock) {
+                        try await pool.execute(exchange)
+                    }
                 }
-                return Self.makeResponse(response.head, body: request.method == .head ? ByteBuffer() : response.body)
+                return Self.makeResponse(response.head, body: response.stream.map { Body(stream: $0) } ?? Body(response.body))
             } catch {
+                upload?.cancel()
+                if let failure = upload?.failure { throw failure }
                 if Task.isCancelled { throw CancellationError() }
                 guard let mapped = Self.classify(error, afterHead: false, limit: limit)?.reaching(target.authority) else {
                     throw error
@@ -123,32 +154,52 @@ final class NIOUpstream: UpstreamClient {
         return headers
     }
 
-    private func send(_ request: GatewayRequest, headers: HTTPHeaders, body: ByteBuffer?, remaining: Duration,
-                      through client: HTTPClient, context: RequestContext) async throws -> GatewayResponse {
+    private func send(_ request: GatewayRequest, headers: HTTPHeaders, body: ByteBuffer?, upload: UpstreamUpload?,
+                      remaining: Duration, through client: HTTPClient, context: RequestContext) async throws -> GatewayResponse {
+        let limit = config.maxResponseBytes
+        let collector = NIOResponseCollector(limit: limit, requestIsHead: request.method == .head,
+                                             upstream: config.name, context: context)
         let outbound: HTTPClient.Request
         do {
+            var outboundBody = body.map { HTTPClient.Body.byteBuffer($0) }
+            if let upload {
+                outboundBody = .stream(contentLength: upload.length.map { Int64($0) }) { writer in
+                    let sent = HTTPClient.defaultEventLoopGroup.any().makePromise(of: Void.self)
+                    Task {
+                        do {
+                            try await upload.run { chunk in try await writer.write(.byteBuffer(chunk)).get() }
+                            collector.uploadEnded()
+                            sent.succeed()
+                        } catch {
+                            sent.fail(error)
+                        }
+                    }
+                    return sent.futureResult
+                }
+            }
             outbound = try HTTPClient.Request(url: target.urlString(for: request.target),
                                               method: HTTPMethod(rawValue: request.method.rawValue),
-                                              headers: headers, body: body.map { .byteBuffer($0) })
+                                              headers: headers, body: outboundBody)
         } catch {
             throw UpstreamError.protocolError("request not representable: \(type(of: error))").gatewayError(upstream: config.name)
         }
 
-        // AsyncHTTPClient enforces the deadline over the whole exchange, body included, on the
-        // event loop; no timer task of ours is needed. It runs on the real clock: the gateway's
-        // clock only says how much time is left.
-        let limit = config.maxResponseBytes
-        let collector = NIOResponseCollector(limit: limit)
+        // AsyncHTTPClient's own deadline would cover the whole exchange, body included, and cut
+        // a long stream; the collector bounds the wait for the head instead (on the real clock,
+        // on the event loop: the gateway's clock only says how much time is left).
         let task = client.execute(request: outbound, delegate: collector, eventLoop: .indifferent,
-                                  deadline: .now() + TimeAmount(remaining), logger: requestLogger)
+                                  deadline: nil, logger: requestLogger)
+        collector.start(task, headBudget: remaining, afterUpload: upload != nil)
         do {
-            let response = try await withTaskCancellationHandler {
-                try await task.futureResult.get()
+            return try await withTaskCancellationHandler {
+                try await collector.response()
             } onCancel: {
                 task.cancel()
             }
-            return Self.makeResponse(response.head, body: request.method == .head ? ByteBuffer() : response.body)
         } catch {
+            upload?.cancel()
+            if let failure = upload?.failure { throw failure }
+            if let error = error as? GatewayError { throw error }
             guard let mapped = Self.classify(error, afterHead: collector.afterHead, limit: limit)?.reaching(target.authority)
             else { throw error }
             mapped.log(upstream: config.name, to: context.logger)
@@ -164,7 +215,7 @@ final class NIOUpstream: UpstreamClient {
         }
     }
 
-    static func makeResponse(_ head: HTTPResponseHead, body: ByteBuffer) -> GatewayResponse {
+    static func makeResponse(_ head: HTTPResponseHead, body: Body) -> GatewayResponse {
         var fields = HTTPFields()
         fields.reserveCapacity(head.headers.count)
         for (name, value) in head.headers {
@@ -172,7 +223,7 @@ final class NIOUpstream: UpstreamClient {
             fields.append(HTTPField(name: name, value: value))
         }
         return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)),
-                               headerFields: ForwardingHeaders.clientResponseFields(fields), body: Body(body))
+                               headerFields: ForwardingHeaders.clientResponseFields(fields), body: body)
     }
 
     /// AsyncHTTPClient / NIO errors → UpstreamError; `nil` for cancellation (rethrown as is).

@@ -20,7 +20,7 @@ import Testing
                 if method == .head {
                     #expect(response.body.bytes.isEmpty)
                 } else {
-                    let echo = try response.echo()
+                    let echo = try await response.echo()
                     #expect(echo.method == method.rawValue)
                     #expect(echo.target == "/m")
                     #expect(echo.bodyBytes == body, "\(method)")
@@ -41,12 +41,12 @@ import Testing
                 let response = try await client.send(
                     Fixture.request(.post, "/echo", headers: [("Content-Type", "application/octet-stream")], body: body),
                     context: Fixture.context())
-                let echo = try response.echo()
+                let echo = try await response.echo()
                 #expect(echo.bodyBytes == body, "request body of \(size) bytes")
                 #expect(echo.values("Content-Length") == [String(size)])
             }
             let response = try await client.send(Fixture.request(.get, "/blob"), context: Fixture.context())
-            #expect(response.body.bytes == blob)
+            #expect(try await response.collectedBytes() == blob)
         }
     }
 
@@ -345,7 +345,7 @@ import Testing
                         let body = Array("request-\(index)-".utf8) + Fixture.randomBytes(index * 37)
                         let response = try await client.send(Fixture.request(.post, "/echo?i=\(index)", body: body),
                                                              context: Fixture.context(deadlineIn: .seconds(60)))
-                        let echo = try response.echo()
+                        let echo = try await response.echo()
                         return echo.bodyBytes == body && echo.target == "/echo?i=\(index)" ? 0 : 1
                     }
                 }

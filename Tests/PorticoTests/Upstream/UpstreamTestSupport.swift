@@ -104,8 +104,14 @@ extension GatewayResponse {
     func values(_ name: String) -> [String] {
         headerFields[values: HTTPField.Name(name)!]
     }
-    func echo() throws -> TestUpstream.Echo {
-        try TestUpstream.Echo.decode(body.bytes)
+    /// The echo of the request, from the whole body (buffered or streamed).
+    func echo() async throws -> TestUpstream.Echo {
+        try TestUpstream.Echo.decode(try await collectedBytes())
+    }
+
+    /// The whole body, read to its end whether it is buffered or streams.
+    func collectedBytes() async throws -> [UInt8] {
+        Array(try await body.collect(upTo: .max, tooLarge: .internalError()).readableBytesView)
     }
 }
 
