@@ -13,6 +13,8 @@ public final class StreamWatchdog: Sendable {
     /// Nanoseconds from `started` to the last chunk.
     private final class LastChunk: Sendable {
         let nanoseconds = Atomic<Int64>(0)
+        /// Set while the stream waits on its reader (backpressure): its silence is not the writer's.
+        let paused = Atomic<Bool>(false)
     }
     private let lastChunk = LastChunk()
     private let task = Mutex<Task<Void, Never>?>(nil)
@@ -30,6 +32,11 @@ public final class StreamWatchdog: Sendable {
                 var wake = last.advanced(by: idle)
                 if let maxEnd { wake = min(wake, maxEnd) }
                 let now = clock.now
+                if now >= wake, lastChunk.paused.load(ordering: .relaxed), maxEnd.map({ now < $0 }) ?? true {
+                    // Waiting on the reader: look again one idle period later.
+                    do { try await clock.sleep(until: now.advanced(by: idle)) } catch { return }
+                    continue
+                }
                 if now >= wake {
                     if let maxEnd, now >= maxEnd {
                         onExpire(GatewayError(.upstreamTimeout, message: "the stream lasted longer than max_stream_duration (\(maxDuration!))"))
@@ -53,6 +60,18 @@ public final class StreamWatchdog: Sendable {
         let elapsed = started.duration(to: clock.now)
         let (seconds, attoseconds) = elapsed.components
         lastChunk.nanoseconds.store(seconds * 1_000_000_000 + attoseconds / 1_000_000_000, ordering: .relaxed)
+    }
+
+    /// The writer waits on the reader (its queue is full): silence from now on does not count
+    /// until `resume` (`max_stream_duration` still does).
+    public func pause() {
+        lastChunk.paused.store(true, ordering: .relaxed)
+    }
+
+    /// The reader caught up: the idle limit counts from now again.
+    public func resume() {
+        touch()
+        lastChunk.paused.store(false, ordering: .relaxed)
     }
 
     /// The stream is over: no more expiry.

@@ -98,10 +98,19 @@ final class StreamedResponseRelay: Sendable {
             fail(UpstreamError.responseTooLarge(limit: limit))
             return .stop
         }
-        watchdog.touch()
-        switch ending.ifOpen({ writer.offer(part, resume: resume) }) {
-        case .accepted?: return .proceed
-        case .full?: return .pause
+        let watched: @Sendable () -> Void = { [watchdog] in
+            watchdog.resume()
+            resume()
+        }
+        // While the client is behind (the queue full), its pause is not upstream silence:
+        // paused first, so a reader catching up at once (`watched`) cannot be overtaken.
+        watchdog.pause()
+        switch ending.ifOpen({ writer.offer(part, resume: watched) }) {
+        case .accepted?:
+            watchdog.resume()
+            return .proceed
+        case .full?:
+            return .pause
         case .readerGone?, nil: return .stop
         }
     }
