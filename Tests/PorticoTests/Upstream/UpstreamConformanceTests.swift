@@ -41,12 +41,12 @@ import Testing
                 let response = try await client.send(
                     Fixture.request(.post, "/echo", headers: [("Content-Type", "application/octet-stream")], body: body),
                     context: Fixture.context())
-                let echo = try response.echo()
+                let echo = try await response.collected().echo()
                 #expect(echo.bodyBytes == body, "request body of \(size) bytes")
                 #expect(echo.values("Content-Length") == [String(size)])
             }
             let response = try await client.send(Fixture.request(.get, "/blob"), context: Fixture.context())
-            #expect(response.body.bytes == blob)
+            #expect(try await response.collected().body.bytes == blob)
         }
     }
 

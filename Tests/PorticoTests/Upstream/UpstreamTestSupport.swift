@@ -107,5 +107,11 @@ extension GatewayResponse {
     func echo() throws -> TestUpstream.Echo {
         try TestUpstream.Echo.decode(body.bytes)
     }
+    /// The response with its body read whole (a large one streams).
+    func collected() async throws -> GatewayResponse {
+        var copy = self
+        copy.body = Body(try await body.collect(upTo: .max, tooLarge: .internalError()))
+        return copy
+    }
 }
 
