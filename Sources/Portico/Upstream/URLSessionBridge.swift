@@ -19,7 +19,9 @@ import Synchronization
 /// - A call with `Streaming` hands over a large or undeclared body as a `BodyStream` as soon
 ///   as the head is there. FoundationNetworking gives no backpressure (measured: `suspend()`
 ///   on a running data task drops the connection and `resume()` sends the request again), so
-///   chunks are queued as they come; `limit` bounds what one stream can hold.
+///   chunks are queued as they come; `limit` bounds what one stream can hold. (Foundation hands
+///   data to the delegate through its delegate queue, so curl can read ahead of what this
+///   bridge has seen; what it read before a cancellation lands is delivered, then dropped.)
 ///
 /// Failures are `URLSessionBridge.Failure`s, which each caller maps to its own error.
 final class URLSessionBridge: Sendable {

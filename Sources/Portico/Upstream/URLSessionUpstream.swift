@@ -254,10 +254,11 @@ final class URLSessionUpstream: UpstreamClient {
 
     /// The same for a streamed body, which URLSession decodes as it comes: it goes out decoded,
     /// as identity, without `Content-Encoding` and `Content-Length` (the length counted encoded
-    /// bytes), with a weak `ETag` and no digests. Re-encoding chunk by chunk would hold bytes
-    /// back in the compressor (an event stream would stall) and costs CPU for every byte;
-    /// identity is acceptable to every client, and the `compress` middleware can apply the
-    /// client's coding. An undecoded body keeps its `Content-Length`.
+    /// bytes), with a weak `ETag` and no digests. Re-encoding would cost a compressor (and a
+    /// flush per chunk, so events are not held back) for every byte and still not give the
+    /// upstream's bytes; identity is acceptable to every client, and the `compress` middleware
+    /// applies the client's coding where one is configured. An undecoded body keeps its
+    /// `Content-Length`.
     static func restoreContentCoding(streamed fields: inout HTTPFields) {
         guard let encoding = fields[.contentEncoding] else { return }
         let codings = HTTPList(encoding).map { $0.text.lowercased() }
