@@ -16,12 +16,43 @@ import Synchronization
 ///   challenge is handled any other way; its head and body have already arrived through the
 ///   data delegate, so the call completes with them and the challenge is cancelled.
 /// - Cancelling the awaiting task finishes the call at once, without waiting for URLSession.
+/// - A call with `Streaming` hands over a large or undeclared body as a `BodyStream` as soon
+///   as the head is there. FoundationNetworking gives no backpressure (measured: `suspend()`
+///   on a running data task drops the connection and `resume()` sends the request again), so
+///   chunks are queued as they come; `limit` bounds what one stream can hold. (Foundation hands
+///   data to the delegate through its delegate queue, so curl can read ahead of what this
+///   bridge has seen; what it read before a cancellation lands is delivered, then dropped.)
 ///
 /// Failures are `URLSessionBridge.Failure`s, which each caller maps to its own error.
 final class URLSessionBridge: Sendable {
     struct Received: Sendable {
         var response: HTTPURLResponse
         var body: ByteBuffer
+    }
+
+    /// What a call hands over once the head is there.
+    enum Head: Sendable {
+        /// The response with its whole body.
+        case whole(Received)
+        /// The response; its body flows through the stream as it arrives.
+        case streaming(HTTPURLResponse, BodyStream)
+    }
+
+    /// How a response's body is handed over, decided at its head.
+    enum Framing: Sendable, Equatable {
+        case whole
+        /// Streamed, declaring `length` bytes when it is known.
+        case stream(length: Int?)
+    }
+
+    /// What a call that may stream needs: when to stream, the stream's timeouts, and its
+    /// failures after the head as the reader will see them.
+    struct Streaming: Sendable {
+        var framing: @Sendable (HTTPURLResponse) -> Framing
+        var clock: any GatewayClock
+        var idle: Duration
+        var maxDuration: Duration?
+        var failure: @Sendable (Failure) -> GatewayError
     }
 
     enum Failure: Error {
@@ -56,8 +87,17 @@ final class URLSessionBridge: Sendable {
 
     /// Sends `request`; returns the response and its body (at most `limit` bytes).
     func run(_ request: URLRequest, limit: Int) async throws -> Received {
+        guard case .whole(let received) = try await open(request, limit: limit, streaming: nil) else {
+            preconditionFailure("a call without streaming options streamed")
+        }
+        return received
+    }
+
+    /// Sends `request`; returns once the head is there, with the whole body or, when
+    /// `streaming.framing` says so, a stream of it (at most `limit` bytes either way).
+    func open(_ request: URLRequest, limit: Int, streaming: Streaming?) async throws -> Head {
         guard let task = session.withLock({ $0?.dataTask(with: request) }) else { throw Failure.shutDown }
-        return try await delegate.run(task, limit: limit)
+        return try await delegate.run(task, limit: limit, streaming: streaming)
     }
 
     /// Cancels calls in flight and releases the session (it retains its delegate until then);
@@ -76,20 +116,28 @@ extension URLSessionBridge {
     final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
         private let exchanges = Mutex<[Int: Exchange]>([:])
 
-        func run(_ task: URLSessionDataTask, limit: Int) async throws -> Received {
-            let exchange = Exchange(limit: limit)
+        func run(_ task: URLSessionDataTask, limit: Int, streaming: Streaming?) async throws -> Head {
+            let exchange = Exchange(limit: limit, streaming: streaming)
             let id = task.taskIdentifier
             exchanges.withLock { $0[id] = exchange }
-            defer { _ = exchanges.withLock { $0.removeValue(forKey: id) } }
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { continuation in
-                    if exchange.install(continuation) { task.resume() }
+            let head: Head
+            do {
+                head = try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        if exchange.install(continuation) { task.resume() }
+                    }
+                } onCancel: {
+                    // Resume now: never wait for URLSession to report the cancellation.
+                    exchange.finish(.failure(CancellationError()))
+                    task.cancel()
                 }
-            } onCancel: {
-                // Resume now: never wait for URLSession to report the cancellation.
-                exchange.finish(.failure(CancellationError()))
-                task.cancel()
+            } catch {
+                _ = exchanges.withLock { $0.removeValue(forKey: id) }
+                throw error
             }
+            // A streaming exchange goes on until the task completes, and leaves then.
+            if case .whole = head { _ = exchanges.withLock { $0.removeValue(forKey: id) } }
+            return head
         }
 
         private func exchange(for task: URLSessionTask) -> Exchange? {
@@ -98,16 +146,12 @@ extension URLSessionBridge {
 
         func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
                         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
-            if let http = response as? HTTPURLResponse { exchange(for: dataTask)?.receive(http) }
+            if let http = response as? HTTPURLResponse { exchange(for: dataTask)?.receive(http, task: dataTask) }
             completionHandler(.allow)
         }
 
         func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-            guard let exchange = exchange(for: dataTask) else { return }
-            if !exchange.receive(data) {
-                exchange.finish(.failure(Failure.tooLarge(limit: exchange.limit)))
-                dataTask.cancel()
-            }
+            exchange(for: dataTask)?.receive(data, task: dataTask)
         }
 
         func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
@@ -127,6 +171,11 @@ extension URLSessionBridge {
 
         func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
             guard let exchange = exchange(for: task) else { return }
+            if exchange.isStreaming {
+                exchange.endStream(after: error)
+                _ = exchanges.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+                return
+            }
             if let error {
                 // curl's "partial file" (closed mid-body) arrives as URLError -1 (unknown).
                 if exchange.isTruncated {
@@ -141,23 +190,36 @@ extension URLSessionBridge {
     }
 
     /// One call. All state behind a Mutex: delegate callbacks arrive on URLSession's queue
-    /// while cancellation arrives from the awaiting task.
+    /// while cancellation arrives from the awaiting task, and a stream's reader goes away (or
+    /// its watchdog expires) on threads of its own.
     final class Exchange: Sendable {
         struct State {
-            var continuation: CheckedContinuation<Received, any Error>?
-            var result: Result<Received, any Error>?
+            var continuation: CheckedContinuation<Head, any Error>?
+            var result: Result<Head, any Error>?
             var response: HTTPURLResponse?
             var body = ByteBuffer()
+            /// Set while the body streams; `nil` again once the stream ended.
+            var writer: BodyWriter?
+            var watchdog: StreamWatchdog?
+            /// Whether the body was handed over as a stream (stays true after it ended).
+            var streamed = false
+            /// Body bytes received, counted against `limit` as they stream.
+            var received = 0
+            var declaredLength: Int?
         }
 
         let limit: Int
+        let streaming: Streaming?
         let state = Mutex(State())
 
-        init(limit: Int) { self.limit = limit }
+        init(limit: Int, streaming: Streaming? = nil) {
+            self.limit = limit
+            self.streaming = streaming
+        }
 
         /// Installs the waiter; returns false when the exchange already finished (cancelled early).
-        func install(_ continuation: CheckedContinuation<Received, any Error>) -> Bool {
-            let finished: Result<Received, any Error>? = state.withLock { state in
+        func install(_ continuation: CheckedContinuation<Head, any Error>) -> Bool {
+            let finished: Result<Head, any Error>? = state.withLock { state in
                 if let result = state.result { return result }
                 state.continuation = continuation
                 return nil
@@ -169,9 +231,9 @@ extension URLSessionBridge {
             return true
         }
 
-        /// Completes the exchange once; later calls are ignored.
-        func finish(_ result: Result<Received, any Error>) {
-            let continuation: CheckedContinuation<Received, any Error>? = state.withLock { state in
+        /// Completes the call once; later calls are ignored.
+        func finish(_ result: Result<Head, any Error>) {
+            let continuation: CheckedContinuation<Head, any Error>? = state.withLock { state in
                 guard state.result == nil else { return nil }
                 state.result = result
                 defer { state.continuation = nil }
@@ -186,25 +248,114 @@ extension URLSessionBridge {
                 state.response.map { Received(response: $0, body: state.body) }
             }
             guard let received else { return false }
-            finish(.success(received))
+            finish(.success(.whole(received)))
             return true
         }
 
-        func receive(_ response: HTTPURLResponse) {
+        func receive(_ response: HTTPURLResponse, task: URLSessionDataTask) {
+            let declared = Self.unencodedLength(response)
             state.withLock { state in
                 // A redirect we refused or an interim response may come first: the last one wins.
                 state.response = response
                 state.body.clear()
+                state.declaredLength = declared
+            }
+            let status = response.statusCode
+            let hasBody = task.originalRequest?.httpMethod != "HEAD" && status >= 200 && status != 204 && status != 304
+            if hasBody, let declared, declared > limit {
+                // Refused at the head: a declared length over the limit is never read.
+                finish(.failure(Failure.tooLarge(limit: limit)))
+                task.cancel()
+                return
+            }
+            guard let streaming, case .stream(let length) = streaming.framing(response) else { return }
+            let (stream, writer) = BodyStream.makeStream(length: length)
+            let watchdog = StreamWatchdog(clock: streaming.clock, idle: streaming.idle, maxDuration: streaming.maxDuration) {
+                [weak self] error in
+                self?.endStream(failing: error)
+                task.cancel()
+            }
+            state.withLock { state in
+                state.writer = writer
+                state.watchdog = watchdog
+                state.streamed = true
+            }
+            writer.onReaderGone { [weak self] error in
+                self?.endStream(failing: error)
+                task.cancel()
+            }
+            // Dropped at once if the call already ended (cancelled): the reader is gone then.
+            finish(.success(.streaming(response, stream)))
+        }
+
+        /// Collects body bytes, or passes them on to the stream; past `limit` the call fails
+        /// and the task is cancelled.
+        func receive(_ data: Data, task: URLSessionDataTask) {
+            enum Step {
+                case kept, tooLarge, ignored
+                case offer(BodyWriter, StreamWatchdog?)
+                case streamTooLarge
+            }
+            let step: Step = state.withLock { state in
+                if let writer = state.writer {
+                    state.received += data.count
+                    return state.received > limit ? .streamTooLarge : .offer(writer, state.watchdog)
+                }
+                guard state.result == nil else { return .ignored }
+                state.body.writeBytes(data)
+                return state.body.readableBytes <= limit ? .kept : .tooLarge
+            }
+            switch step {
+            case .kept, .ignored:
+                break
+            case .tooLarge:
+                finish(.failure(Failure.tooLarge(limit: limit)))
+                task.cancel()
+            case .streamTooLarge:
+                endStream(failing: streaming?.failure(.tooLarge(limit: limit)))
+                task.cancel()
+            case .offer(let writer, let watchdog):
+                watchdog?.touch()
+                var chunk = ByteBuffer()
+                chunk.writeBytes(data)
+                // No pause on `.full`: URLSession has none that keeps the connection (see the
+                // type's notes), so the queue grows, bounded by `limit`.
+                if writer.offer(chunk, resume: {}) == .readerGone {
+                    endStream(failing: .clientClosedRequest())
+                    task.cancel()
+                }
             }
         }
 
-        /// Appends body bytes; false once the limit is passed.
-        func receive(_ data: Data) -> Bool {
-            state.withLock { state in
-                guard state.result == nil else { return true }
-                state.body.writeBytes(data)
-                return state.body.readableBytes <= limit
+        var isStreaming: Bool { state.withLock { $0.streamed } }
+
+        /// The task completed while streaming: finish the stream, or fail it with what happened.
+        func endStream(after error: (any Error)?) {
+            guard let streaming else { return }
+            let short = state.withLock { state in
+                state.declaredLength.map { state.received < $0 } ?? false
             }
+            if let error {
+                // curl's "partial file" / a reset arrive as URLError -1 or -1005; a timeout is its own.
+                let failure: Failure = (error as? URLError)?.code == .timedOut
+                    ? .transport(error, hadResponse: true) : .truncated
+                endStream(failing: streaming.failure(failure))
+            } else if short {
+                endStream(failing: streaming.failure(.truncated))
+            } else {
+                endStream(failing: nil)
+            }
+        }
+
+        /// Ends the stream once: finished (`nil`) or failed; stops its watchdog.
+        func endStream(failing error: GatewayError?) {
+            let (writer, watchdog) = state.withLock { state in
+                defer { (state.writer, state.watchdog) = (nil, nil) }
+                return (state.writer, state.watchdog)
+            }
+            watchdog?.stop()
+            guard let writer else { return }
+            if let error { writer.fail(error) } else { writer.finish() }
         }
 
         var hasResponse: Bool { state.withLock { $0.response != nil } }
@@ -212,11 +363,17 @@ extension URLSessionBridge {
         /// Fewer body bytes than an unencoded response's `Content-Length` announced.
         var isTruncated: Bool {
             state.withLock { state in
-                guard let response = state.response, response.value(forHTTPHeaderField: "Content-Encoding") == nil,
-                      let declared = response.value(forHTTPHeaderField: "Content-Length").flatMap({ Int($0) })
-                else { return false }
+                guard let declared = state.declaredLength else { return false }
                 return state.body.readableBytes < declared
             }
+        }
+
+        /// The `Content-Length` of a response whose body URLSession passes on as it came (no
+        /// `Content-Encoding`: a decoded body's length is not the declared one).
+        static func unencodedLength(_ response: HTTPURLResponse) -> Int? {
+            guard response.value(forHTTPHeaderField: "Content-Encoding") == nil,
+                  let value = response.value(forHTTPHeaderField: "Content-Length") else { return nil }
+            return Int(value.trimmingCharacters(in: .whitespaces))
         }
     }
 }

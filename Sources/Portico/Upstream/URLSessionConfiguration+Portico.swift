@@ -7,7 +7,8 @@ extension URLSessionConfiguration {
     /// The configuration every Portico URLSession uses (upstreams and token endpoints): nothing
     /// stored between requests — ephemeral sessions still keep cookies unless told not to — and
     /// URLSession's own timeout as a backstop `backstopSeconds` (whole seconds; below 1 fails
-    /// at once) behind Portico's deadline.
+    /// at once) behind Portico's deadline. That timeout counts silence between reads; the
+    /// resource timeout (the whole exchange) is set far out so it never cuts a long stream.
     static func portico(backstopSeconds: Int) -> URLSessionConfiguration {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.httpCookieStorage = nil
@@ -18,7 +19,7 @@ extension URLSessionConfiguration {
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         let backstop = TimeInterval(max(1, backstopSeconds))
         configuration.timeoutIntervalForRequest = backstop
-        configuration.timeoutIntervalForResource = backstop
+        configuration.timeoutIntervalForResource = 7 * 24 * 3600
         return configuration
     }
 }

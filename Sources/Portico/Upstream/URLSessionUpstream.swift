@@ -23,7 +23,16 @@ import NIOCore
 /// - Duplicate response headers of the same spelling are joined with `, `, and header order is
 ///   lost; `Set-Cookie` is split again heuristically (see `splitSetCookie`).
 /// - curl removes dot segments from the path (`/a/../b` → `/b`); the query is sent verbatim.
-/// - Timeouts are whole seconds: the deadline is enforced here instead.
+/// - Timeouts are whole seconds: the deadline is enforced here instead. URLSession's request
+///   timeout counts silence between reads (measured), so a streamed response gets one above its
+///   `stream_idle_timeout`; the resource timeout was not seen to cut anything.
+/// - Streaming (measured): `suspend()` on a running data task closes the connection and
+///   `resume()` sends the request again, so there is no backpressure on a response: a streamed
+///   body is queued as it comes, at most `max_response_bytes` per response while the client
+///   reads slowly. An upload cannot stream either: an `InputStream` body is read on the one
+///   queue all sessions share (a read that waits for the client stalls every other upstream
+///   call) and a read with nothing available ends the body early; a streamed request body is
+///   therefore read whole first, up to `maxRequestBodyBytes` (413 beyond).
 /// - There is no separate connect timeout: `connect_timeout` is not applied by this transport.
 /// - `https://` upstreams are verified against libcurl's system trust store (host name and
 ///   chain); a TLS failure arrives as `URLError(-1)` with curl's message. There is no server
@@ -44,18 +53,34 @@ final class URLSessionUpstream: UpstreamClient {
     }
 
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        let urlRequest = try makeURLRequest(request)
+        var request = request
+        if request.body.isStreamed {
+            // No streamed uploads on this transport (see the type's notes): read it whole first.
+            let limit = config.maxRequestBodyBytes
+            request.body = Body(try await request.body.collect(
+                upTo: limit, tooLarge: GatewayError(.payloadTooLarge, message: "request body larger than \(limit) bytes")))
+        }
+        var urlRequest = try makeURLRequest(request)
+        // URLSession's own timeout counts silence between reads: above the stream's idle limit.
+        urlRequest.timeoutInterval = max(urlRequest.timeoutInterval, TimeInterval(wholeSecondsRoundedUp(context.streamIdleTimeout) + 2))
         let deadline = upstreamDeadline(config: config, context: context)
         let limit = config.maxResponseBytes
+        let streaming = streaming(for: request.method, context: context)
         do {
-            let received = try await withUpstreamDeadline(deadline, clock: context.clock) { [bridge] in
+            // The deadline bounds the wait for the head; a streamed body has its watchdog.
+            let head = try await withUpstreamDeadline(deadline, clock: context.clock) { [bridge, urlRequest] in
                 do {
-                    return try await bridge.run(urlRequest, limit: limit)
+                    return try await bridge.open(urlRequest, limit: limit, streaming: streaming)
                 } catch let failure as URLSessionBridge.Failure {
                     throw Self.upstreamError(failure, limit: limit)
                 }
             }
-            return try makeResponse(received, method: request.method)
+            switch head {
+            case .whole(let received):
+                return try makeResponse(received, method: request.method)
+            case .streaming(let response, let stream):
+                return try makeStreamedResponse(response, stream: stream)
+            }
         } catch let error as UpstreamError {
             let error = error.reaching(target.authority)
             error.log(upstream: config.name, to: context.logger)
@@ -65,6 +90,33 @@ final class URLSessionUpstream: UpstreamClient {
 
     func shutdown() async {
         bridge.shutdown()
+    }
+
+    /// When and how a response streams: a body that declares more than `Body.bufferedLimit`
+    /// bytes or no length at all; failures after the head as the client's stream sees them.
+    private func streaming(for method: HTTPRequest.Method, context: RequestContext) -> URLSessionBridge.Streaming {
+        let (name, authority, limit, logger) = (config.name, target.authority, config.maxResponseBytes, context.logger)
+        return URLSessionBridge.Streaming(
+            framing: { Self.framing($0, method: method) },
+            clock: context.clock, idle: context.streamIdleTimeout, maxDuration: context.maxStreamDuration,
+            failure: { failure in
+                let error = Self.upstreamError(failure, limit: limit).reaching(authority)
+                error.log(upstream: name, to: logger)
+                return error.gatewayError(upstream: name)
+            })
+    }
+
+    /// Whole or streamed, from the head. Bodiless answers, redirects and 401s (whose `Basic`
+    /// challenge comes after the body, see `URLSessionBridge`) are read whole, as is any body
+    /// declaring up to `Body.bufferedLimit` bytes. A body URLSession decodes (`Content-Encoding`)
+    /// streams without a length: the declared one counts encoded bytes.
+    static func framing(_ response: HTTPURLResponse, method: HTTPRequest.Method) -> URLSessionBridge.Framing {
+        let status = response.statusCode
+        guard method != .head, (200...599).contains(status), !(300...399).contains(status), status != 204, status != 401
+        else { return .whole }
+        let declared = response.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0.trimmingWhitespace()) }
+        if let declared, declared <= Body.bufferedLimit { return .whole }
+        return .stream(length: URLSessionBridge.Exchange.unencodedLength(response))
     }
 
     // MARK: Request
@@ -121,10 +173,33 @@ final class URLSessionUpstream: UpstreamClient {
 
     func makeResponse(_ received: URLSessionBridge.Received, method: HTTPRequest.Method) throws -> GatewayResponse {
         let http = received.response
+        let status = try status(http)
+        var fields = Self.fields(http)
+        var body = received.body
+        let hasBody = method != .head && status.code != 204 && status.code != 304 && status.kind != .informational
+        try Self.restoreContentCoding(&fields, body: &body, hasBody: hasBody)
+        if !hasBody { body.clear() }
+        return GatewayResponse(status: status, headerFields: ForwardingHeaders.clientResponseFields(fields),
+                               body: Body(body))
+    }
+
+    func makeStreamedResponse(_ http: HTTPURLResponse, stream: BodyStream) throws -> GatewayResponse {
+        let status = try status(http)
+        var fields = Self.fields(http)
+        Self.restoreContentCoding(streamed: &fields)
+        return GatewayResponse(status: status, headerFields: ForwardingHeaders.clientResponseFields(fields),
+                               body: Body(stream: stream))
+    }
+
+    private func status(_ http: HTTPURLResponse) throws -> HTTPResponse.Status {
         guard (100...999).contains(http.statusCode) else {
             throw UpstreamError.protocolError("invalid status \(http.statusCode)").gatewayError(upstream: config.name)
         }
-        let status = HTTPResponse.Status(code: http.statusCode)
+        return HTTPResponse.Status(code: http.statusCode)
+    }
+
+    /// The response's header fields (`Set-Cookie` split again).
+    private static func fields(_ http: HTTPURLResponse) -> HTTPFields {
         var fields = HTTPFields()
         // Sorted so the order at least does not vary from run to run: URLSession lost the original.
         let pairs = http.allHeaderFields.compactMap { key, value -> (String, String)? in
@@ -139,12 +214,7 @@ final class URLSessionUpstream: UpstreamClient {
                 fields.append(HTTPField(name: fieldName, value: value))
             }
         }
-        var body = received.body
-        let hasBody = method != .head && status.code != 204 && status.code != 304 && status.kind != .informational
-        try Self.restoreContentCoding(&fields, body: &body, hasBody: hasBody)
-        if !hasBody { body.clear() }
-        return GatewayResponse(status: status, headerFields: ForwardingHeaders.clientResponseFields(fields),
-                               body: Body(body))
+        return fields
     }
 
     /// Content codings curl decodes on its own (all of them, also stacked).
@@ -180,6 +250,23 @@ final class URLSessionUpstream: UpstreamClient {
             fields[.contentEncoding] = nil
         }
         fields[.contentLength] = String(body.readableBytes)
+    }
+
+    /// The same for a streamed body, which URLSession decodes as it comes: it goes out decoded,
+    /// as identity, without `Content-Encoding` and `Content-Length` (the length counted encoded
+    /// bytes), with a weak `ETag` and no digests. Re-encoding would cost a compressor (and a
+    /// flush per chunk, so events are not held back) for every byte and still not give the
+    /// upstream's bytes; identity is acceptable to every client, and the `compress` middleware
+    /// applies the client's coding where one is configured. An undecoded body keeps its
+    /// `Content-Length`.
+    static func restoreContentCoding(streamed fields: inout HTTPFields) {
+        guard let encoding = fields[.contentEncoding] else { return }
+        let codings = HTTPList(encoding).map { $0.text.lowercased() }
+        guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
+        CodingHeaders.weakenETag(&fields)
+        CodingHeaders.dropDigests(&fields)
+        fields[.contentEncoding] = nil
+        fields[.contentLength] = nil
     }
 
     /// Splits a `Set-Cookie` value URLSession joined with `, `.

@@ -25,6 +25,10 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var preserveHost: Bool = false
     /// Upstream bodies larger than this become 502 `upstream_response_too_large`.
     public var maxResponseBytes: Int = 64 * 1024 * 1024
+    /// A streamed request body is read whole before it is sent, up to this many bytes (413
+    /// `payload_too_large` beyond), by the `urlsession` transport, which cannot stream uploads.
+    /// The gateway sets it to `listen.max_body_bytes` (same default).
+    public var maxRequestBodyBytes: Int = 10 * 1024 * 1024
     /// `tls:` for an `https://` upstream; the default verifies against the system trust store.
     public var tls = TLSClientConfig()
 

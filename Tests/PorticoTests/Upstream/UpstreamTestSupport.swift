@@ -113,5 +113,11 @@ extension GatewayResponse {
     func collectedBytes() async throws -> [UInt8] {
         Array(try await body.collect(upTo: .max, tooLarge: .internalError()).readableBytesView)
     }
+    /// The response with its body read whole (a large one streams).
+    func collected() async throws -> GatewayResponse {
+        var copy = self
+        copy.body = Body(try await body.collect(upTo: .max, tooLarge: .internalError()))
+        return copy
+    }
 }
 
