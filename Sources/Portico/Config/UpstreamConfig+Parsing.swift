@@ -17,6 +17,10 @@ extension UpstreamConfig {
         }
         m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
         m.read("max_response_bytes", into: &c.maxResponseBytes) { $0.size() }
+        if m.value("max_response_bytes") == nil && c.transport == .nio {
+            // Streams on `nio` flow at the client's pace: no size is a memory risk.
+            c.maxResponseBytes = .max
+        }
         if let tlsNode = m.value("tls"), let tls = tlsNode.mapping() {
             c.tls = TLSClientConfig.parse(tls, transport: c.transport)
             if let url, url.scheme?.lowercased() != "https" {

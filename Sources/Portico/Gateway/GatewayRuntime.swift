@@ -68,7 +68,10 @@ public final class GatewayRuntime: Sendable {
 
         var upstreams: [String: any UpstreamClient] = [:]
         var upstreamMetrics: [String: UpstreamMetrics] = [:]
-        for (name, upstream) in config.upstreams {
+        for (name, var upstream) in config.upstreams {
+            // What `urlsession` reads whole of a streamed upload (it cannot stream one): the
+            // listener's limit, and never more than 64 MiB held per request.
+            upstream.maxRequestBodyBytes = min(config.listen.maxBodyBytes, UpstreamConfig.maxBufferedUpload)
             upstreams[name] = makeUpstreamClient(upstream, logger: logger)
             upstreamMetrics[name] = UpstreamMetrics(upstream: name)
         }

@@ -58,7 +58,10 @@ final class URLSessionUpstream: UpstreamClient {
             // No streamed uploads on this transport (see the type's notes): read it whole first.
             let limit = config.maxRequestBodyBytes
             request.body = Body(try await request.body.collect(
-                upTo: limit, tooLarge: GatewayError(.payloadTooLarge, message: "request body larger than \(limit) bytes")))
+                upTo: limit, tooLarge: GatewayError(
+                    .payloadTooLarge,
+                    message: "request body larger than \(limit) bytes: the urlsession transport reads a streamed body whole "
+                        + "before sending it; use transport: nio to stream it")))
         }
         var urlRequest = try makeURLRequest(request)
         // URLSession's own timeout counts silence between reads: above the stream's idle limit.

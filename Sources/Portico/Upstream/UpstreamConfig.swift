@@ -23,12 +23,17 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var idleTimeout: Duration = .seconds(4)
     /// Send the client's `Host` instead of the upstream's.
     public var preserveHost: Bool = false
-    /// Upstream bodies larger than this become 502 `upstream_response_too_large`.
+    /// Upstream bodies larger than this become 502 `upstream_response_too_large` (declared), or
+    /// are cut as they flow. Unset in the file: no limit on `nio` (its streams are slowed to the
+    /// client's pace), 64 MiB on `urlsession`, which cannot slow the upstream: this bounds what
+    /// a slow client can make it queue.
     public var maxResponseBytes: Int = 64 * 1024 * 1024
     /// A streamed request body is read whole before it is sent, up to this many bytes (413
     /// `payload_too_large` beyond), by the `urlsession` transport, which cannot stream uploads.
-    /// The gateway sets it to `listen.max_body_bytes` (same default).
+    /// The gateway sets it to `listen.max_body_bytes`, at most `maxBufferedUpload`.
     public var maxRequestBodyBytes: Int = 10 * 1024 * 1024
+    /// The most a `urlsession` upstream holds of one streamed upload.
+    public static let maxBufferedUpload = 64 * 1024 * 1024
     /// `tls:` for an `https://` upstream; the default verifies against the system trust store.
     public var tls = TLSClientConfig()
 
