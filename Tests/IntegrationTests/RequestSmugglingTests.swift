@@ -283,7 +283,12 @@ struct RequestSmugglingTests {
 
         let received = upstream.requests
         #expect(received.map { String(decoding: $0.body, as: UTF8.self) } == row.upstreamBodies)
-        #expect(upstream.unframedBytes.isEmpty)
+        // A chunked body streams: its head may have gone up before the client's body turned out
+        // malformed, and is then left incomplete, its upstream connection closed (never reused,
+        // so nothing can be smuggled through it). Anything else left over is a framing error.
+        let unframed = String(decoding: upstream.unframedBytes, as: UTF8.self).lowercased()
+        #expect(unframed.isEmpty || (unframed.contains("transfer-encoding: chunked\r\n") && unframed.contains("\r\n\r\n")
+                                     && !unframed.contains("\r\n0\r\n\r\n")), "\(unframed)")
         for request in received {
             // Framed afresh by the transport: a body that streams (a chunked one on `nio`) goes
             // up chunked, exactly once, never with a Content-Length beside it; any other with

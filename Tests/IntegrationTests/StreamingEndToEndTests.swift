@@ -23,7 +23,14 @@ struct StreamingEndToEndTests {
     /// transport table too).
     static let expected: [Transport: Expected] = [
         .nio: Expected(),
-        .urlsession: Expected(),
+        // FoundationNetworking on Linux can neither pause a download nor stream an upload
+        // (measured: bench/RESULTS.md, README transport table): a streamed upload is read whole
+        // up to 64 MiB and refused with 413 beyond (URLSessionStreamingTests checks the refusal).
+        .urlsession: Expected(
+            download: .knownIssue("URLSession on Linux cannot pause a response: libcurl reads ahead of the client, up to max_response_bytes"),
+            upload: .knownIssue("urlsession cannot stream uploads: over 64 MiB it answers 413 payload_too_large"),
+            heldUpload: .knownIssue("urlsession cannot stream uploads: over 64 MiB it answers 413 payload_too_large"),
+            slowReader: .knownIssue("URLSession on Linux cannot pause a response: a slow client makes Portico queue up to max_response_bytes")),
     ]
 
     struct Expected {
