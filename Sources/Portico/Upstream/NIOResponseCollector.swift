@@ -34,9 +34,13 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
         var headTimer: Scheduled<Void>?
         /// The budget for the head, once the timer may start (`start`, or the upload's end).
         var budget: Duration?
+        /// When the head must be here (the budget from `start`; from the upload's end with one).
+        var deadline: NIODeadline?
         var timerMayStart = false
         var timedOut = false
         var headReceived = false
+        /// The request head went out (the event loop arms the timer then, without a thread hop).
+        var headSent = false
     }
 
     private let limit: Int
@@ -59,13 +63,19 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
 
     /// Takes the running task; `headBudget` bounds the wait for the head from now, or with
     /// `afterUpload` from `uploadEnded()`.
+    ///
+    /// Nothing here hops to the event loop on the request path: failures arrive through
+    /// `didReceiveError`, and the timer is armed on the loop when the request head goes out
+    /// (`didSendRequestHead`), against a deadline fixed now. Only when the head went out before
+    /// this call (or the upload ends later) is it armed from here.
     func start(_ task: HTTPClient.Task<Void>, headBudget: Duration, afterUpload: Bool) {
-        task.futureResult.whenFailure { [self] error in failed(error) }
+        let deadline = NIODeadline.now() + TimeAmount(headBudget)
         let arm = state.withLock { state -> Bool in
             state.task = task
             state.budget = headBudget
+            state.deadline = deadline
             if !afterUpload { state.timerMayStart = true }
-            return state.timerMayStart
+            return state.timerMayStart && state.headSent
         }
         if arm { armHeadTimer() }
     }
@@ -74,6 +84,7 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
     func uploadEnded() {
         let arm = state.withLock { state -> Bool in
             state.timerMayStart = true
+            if let budget = state.budget { state.deadline = .now() + TimeAmount(budget) }
             return state.task != nil
         }
         if arm { armHeadTimer() }
@@ -95,6 +106,18 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
     }
 
     // MARK: Delegate
+
+    func didSendRequestHead(task: HTTPClient.Task<Void>, _ head: HTTPRequestHead) {
+        let arm = state.withLock { state -> Bool in
+            state.headSent = true
+            return state.timerMayStart && state.task != nil
+        }
+        if arm { armHeadTimer() }
+    }
+
+    func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {
+        failed(error)
+    }
 
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
         state.withLock { $0.headReceived = true }
@@ -190,10 +213,10 @@ final class NIOResponseCollector: HTTPClientResponseDelegate {
 
     private func armHeadTimer() {
         state.withLock { state in
-            guard let task = state.task, let budget = state.budget, state.headTimer == nil else { return }
+            guard let task = state.task, let deadline = state.deadline, state.headTimer == nil else { return }
             switch state.phase {
             case .awaitingHead, .buffering:
-                state.headTimer = task.eventLoop.scheduleTask(in: TimeAmount(budget)) { [self] in timeOut() }
+                state.headTimer = task.eventLoop.scheduleTask(deadline: deadline) { [self] in timeOut() }
             case .streaming, .done:
                 break
             }
