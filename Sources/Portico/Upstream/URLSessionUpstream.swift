@@ -98,13 +98,14 @@ final class URLSessionUpstream: UpstreamClient {
     /// When and how a response streams: a body that declares more than `Body.bufferedLimit`
     /// bytes or no length at all; failures after the head as the client's stream sees them.
     private func streaming(for method: HTTPRequest.Method, context: RequestContext) -> URLSessionBridge.Streaming {
-        let (name, authority, limit, logger) = (config.name, target.authority, config.maxResponseBytes, context.logger)
+        // `context.logger` builds a logger with the request's metadata: only when a failure is logged.
+        let (name, authority, limit) = (config.name, target.authority, config.maxResponseBytes)
         return URLSessionBridge.Streaming(
             framing: { Self.framing($0, method: method) },
             clock: context.clock, idle: context.streamIdleTimeout, maxDuration: context.maxStreamDuration,
             failure: { failure in
                 let error = Self.upstreamError(failure, limit: limit).reaching(authority)
-                error.log(upstream: name, to: logger)
+                error.log(upstream: name, to: context.logger)
                 return error.gatewayError(upstream: name)
             })
     }
