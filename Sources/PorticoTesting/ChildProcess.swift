@@ -158,3 +158,15 @@ public final class ChildProcess: Sendable {
         return unsafeBitCast(symbol, to: CloseFrom.self)(actions, lowest)
     }
 }
+
+extension ChildProcess {
+    /// SIGTERM now; reaped in the background (SIGKILL as a last resort), then `directory`
+    /// removed. Returns at once, so it can be called from `defer`.
+    public func stopInBackground(removing directory: URL) {
+        signal(SIGTERM)
+        Task.detached { [self] in
+            await terminate()
+            try? FileManager.default.removeItem(at: directory)
+        }
+    }
+}

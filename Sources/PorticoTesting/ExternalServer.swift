@@ -105,12 +105,7 @@ public final class ExternalServer: Sendable {
     /// Stops the child without waiting for it (usable from `defer`): SIGTERM now; a task reaps
     /// it, with SIGKILL as a last resort, and removes its directory.
     public func stop() {
-        let process = process, directory = directory
-        process.signal(SIGTERM)
-        Task.detached {
-            await process.terminate()
-            try? FileManager.default.removeItem(at: directory)
-        }
+        process.stopInBackground(removing: directory)
     }
 
     static func temporaryDirectory() throws -> URL {

@@ -135,12 +135,7 @@ public final class ProxyProcess: Sendable {
 
     /// SIGTERM now; reaped (SIGKILL as a last resort) and its folder removed in the background.
     public func stop() {
-        let process = process, directory = directory
-        process.signal(SIGTERM)
-        Task.detached {
-            await process.terminate()
-            try? FileManager.default.removeItem(at: directory)
-        }
+        process.stopInBackground(removing: directory)
     }
 
     private static func portField(_ line: Substring) -> Int? {

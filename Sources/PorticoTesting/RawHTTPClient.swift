@@ -48,16 +48,7 @@ public final class RawHTTPConnection: @unchecked Sendable {
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { [lock] in
-                lock.lock()
-                let result = Result { try body() }
-                lock.unlock()
-                continuation.resume(with: result)
-            }
-            thread.stackSize = 256 * 1024
-            thread.start()
-        }
+        try await onOwnThread(holding: lock, body)
     }
 
     public func send(_ text: String) async throws {
@@ -218,5 +209,21 @@ public struct RawHTTPResponse: Sendable {
         guard bytes.count >= bodyStart + length else { return nil }
         response.body = Array(bytes[bodyStart..<bodyStart + length])
         return (response, bodyStart + length)
+    }
+}
+
+/// Runs blocking socket work on a thread of its own, holding `lock` (one call at a time per
+/// socket), and hands its result to the awaiting task: a blocking read never holds up a
+/// thread of Swift's cooperative pool.
+func onOwnThread<T: Sendable>(holding lock: NSLock, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread {
+            lock.lock()
+            let result = Result { try body() }
+            lock.unlock()
+            continuation.resume(with: result)
+        }
+        thread.stackSize = 512 * 1024
+        thread.start()
     }
 }

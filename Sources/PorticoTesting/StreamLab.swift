@@ -54,12 +54,7 @@ public final class StreamLab: Sendable {
 
     /// SIGTERM now; reaped (and its folder removed) in the background. Usable from `defer`.
     public func stop() {
-        let process = process, directory = directory
-        process.signal(SIGTERM)
-        Task.detached {
-            await process.terminate()
-            try? FileManager.default.removeItem(at: directory)
-        }
+        process.stopInBackground(removing: directory)
     }
 
     /// A transfer's counters, as the upstream saw them.

@@ -72,16 +72,7 @@ public final class StreamingClient: @unchecked Sendable {
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { [lock] in
-                lock.lock()
-                let result = Result { try body() }
-                lock.unlock()
-                continuation.resume(with: result)
-            }
-            thread.stackSize = 512 * 1024
-            thread.start()
-        }
+        try await onOwnThread(holding: lock, body)
     }
 
     /// Sends a GET for `target` (keep-alive not requested: one exchange per client).
