@@ -19,28 +19,7 @@ public final class RawHTTPConnection: @unchecked Sendable {
     }
 
     public init(host: String = "127.0.0.1", port: Int, timeout: Duration = .seconds(60)) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
-        var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        inet_pton(AF_INET, host, &address.sin_addr)
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard result == 0 else {
-            let message = String(cString: strerror(errno))
-            close(fd)
-            // deinit still runs (every property is set): a second close could hit a descriptor
-            // another thread has opened since, such as a NIO socket.
-            fd = -1
-            throw Failure(description: "connect to \(host):\(port): \(message)")
-        }
+        fd = try LoopbackSocket.connect(host: host, port: port, timeout: timeout)
     }
 
     deinit {
@@ -56,15 +35,7 @@ public final class RawHTTPConnection: @unchecked Sendable {
     }
 
     public func send(_ bytes: [UInt8]) async throws {
-        try await run { [self] in
-            var offset = 0
-            while offset < bytes.count {
-                // MSG_NOSIGNAL: a peer that has closed makes this fail with EPIPE instead of killing the process.
-                let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if n <= 0 { throw Failure(description: "write: \(String(cString: strerror(errno)))") }
-                offset += n
-            }
-        }
+        try await run { [self] in try LoopbackSocket.sendAll(bytes, on: fd) }
     }
 
     /// Closes the sending side (the server sees end of input).
@@ -225,5 +196,49 @@ func onOwnThread<T: Sendable>(holding lock: NSLock, _ body: @escaping @Sendable 
         }
         thread.stackSize = 512 * 1024
         thread.start()
+    }
+}
+
+/// The blocking socket calls the raw test clients share.
+enum LoopbackSocket {
+    /// A connected TCP socket with `timeout` on every read and write; `receiveBuffer` sets
+    /// SO_RCVBUF before connecting (a slow reader's window stays small).
+    static func connect(host: String, port: Int, timeout: Duration, receiveBuffer: Int? = nil) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw RawHTTPConnection.Failure(description: "socket: \(String(cString: strerror(errno)))") }
+        var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        if var size = receiveBuffer.map(Int32.init) {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        inet_pton(AF_INET, host, &address.sin_addr)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            let message = String(cString: strerror(errno))
+            // Closed here and never handed out: no owner's deinit can close it a second time
+            // (a second close could hit a descriptor another thread has opened since).
+            close(fd)
+            throw RawHTTPConnection.Failure(description: "connect to \(host):\(port): \(message)")
+        }
+        return fd
+    }
+
+    /// Writes all of `bytes`. MSG_NOSIGNAL: a peer that has closed makes this fail with EPIPE
+    /// instead of killing the process.
+    static func sendAll(_ bytes: [UInt8], on fd: Int32) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { throw RawHTTPConnection.Failure(description: "write: \(String(cString: strerror(errno)))") }
+            offset += n
+        }
     }
 }

@@ -20,9 +20,7 @@ public final class StreamingClient: @unchecked Sendable {
     public private(set) var bodyBytes = 0
     public private(set) var head: RawHTTPResponse?
 
-    public struct Failure: Error, CustomStringConvertible {
-        public var description: String
-    }
+    public typealias Failure = RawHTTPConnection.Failure
 
     private enum Framing {
         case unknown
@@ -44,27 +42,7 @@ public final class StreamingClient: @unchecked Sendable {
 
     /// `receiveBuffer`: SO_RCVBUF set before connecting (a slow reader's window stays small).
     public init(port: Int, receiveBuffer: Int? = nil, timeout: Duration = .seconds(60)) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
-        var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        if var size = receiveBuffer.map(Int32.init) {
-            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            let message = String(cString: strerror(errno))
-            Glibc.close(fd)
-            fd = -1
-            throw Failure(description: "connect to 127.0.0.1:\(port): \(message)")
-        }
+        fd = try LoopbackSocket.connect(host: "127.0.0.1", port: port, timeout: timeout, receiveBuffer: receiveBuffer)
     }
 
     deinit {
@@ -82,14 +60,7 @@ public final class StreamingClient: @unchecked Sendable {
     }
 
     public func send(_ bytes: [UInt8]) async throws {
-        try await run { [self] in
-            var offset = 0
-            while offset < bytes.count {
-                let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if n <= 0 { throw Failure(description: "write: \(String(cString: strerror(errno)))") }
-                offset += n
-            }
-        }
+        try await run { [self] in try LoopbackSocket.sendAll(bytes, on: fd) }
     }
 
     /// Reads the response head (status and headers; `body` empty). Throws if the connection
