@@ -91,7 +91,7 @@ extension RouteConfig.Direct {
         m.read("status", into: &c.status) { $0.int(in: 100...599) }
         let bodyNode = m.value("body")
         if let body = bodyNode?.string() { c.body = body }
-        if !c.body.isEmpty, c.status < 200 || c.status == 204 || c.status == 304 {
+        if !c.body.isEmpty, !HTTPSyntax.responseHasBody(status: c.status) {
             bodyNode?.error("must be empty for status \(c.status)")
         }
         m.read("headers", into: &c.headers) { node in

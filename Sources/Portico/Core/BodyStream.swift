@@ -231,19 +231,18 @@ final class BodyPipe: Sendable {
     }
 
     func finish() {
-        let reader = state.withLock { state -> Reader? in
-            guard !state.finished, state.writerError == nil else { return nil }
-            state.finished = true
-            defer { state.reader = nil }
-            return state.reader
-        }
-        if let reader { deliver(to: reader) }
+        end(failure: nil)
     }
 
     func fail(_ error: GatewayError) {
+        end(failure: error)
+    }
+
+    /// The writer's end, whole (`nil`) or failed; the first one counts.
+    private func end(failure: GatewayError?) {
         let reader = state.withLock { state -> Reader? in
             guard !state.finished, state.writerError == nil else { return nil }
-            state.writerError = error
+            if let failure { state.writerError = failure } else { state.finished = true }
             defer { state.reader = nil }
             return state.reader
         }

@@ -57,9 +57,7 @@ public final class StreamWatchdog: Sendable {
 
     /// A chunk arrived: the idle limit counts from now.
     public func touch() {
-        let elapsed = started.duration(to: clock.now)
-        let (seconds, attoseconds) = elapsed.components
-        lastChunk.nanoseconds.store(seconds * 1_000_000_000 + attoseconds / 1_000_000_000, ordering: .relaxed)
+        lastChunk.nanoseconds.store(GatewayMetrics.nanoseconds(started.duration(to: clock.now)), ordering: .relaxed)
     }
 
     /// The writer waits on the reader (its queue is full): silence from now on does not count

@@ -74,7 +74,7 @@ public final class Gateway: Sendable {
             }
             let code = answer.status.code
             if answer.body.isStreamed {
-                guard ServerResponse.sendsBody(status: code, isHead: exchange.isHead) else {
+                guard HTTPSyntax.responseHasBody(status: code, toHead: exchange.isHead) else {
                     // Never read: its upstream is released now.
                     answer.discardBody()
                     defer { exchange.leave() }
@@ -83,8 +83,8 @@ public final class Gateway: Sendable {
                 }
                 // In flight, and counted (time to first byte, duration), until the body ends, however it ends.
                 answer.body.append(metrics.streamObserver(route: exchange.route.name, method: serverRequest.method,
-                                                          code: code, start: start), keepsLength: true)
-                answer.body.append(StreamObserver(clock: SystemClock(), onEnd: { _ in exchange.leave() }), keepsLength: true)
+                                                          code: code, start: start, then: { exchange.leave() }),
+                                   keepsLength: true)
                 return finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead)
             }
             defer { exchange.leave() }

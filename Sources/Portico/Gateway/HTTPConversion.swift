@@ -124,7 +124,7 @@ extension ServerResponse {
             headers.append((field.name.rawName, field.value))
         }
         if let requestID { headers.append((HTTPField.Name.xRequestID.rawName, requestID)) }
-        let bodiless = !Self.sendsBody(status: response.status.code, isHead: isHead)
+        let bodiless = !HTTPSyntax.responseHasBody(status: response.status.code, toHead: isHead)
         if response.body.isStreamed {
             let length = response.body.count.map { UInt64($0) }
             self.init(status: response.status.code, headers: headers,
@@ -136,13 +136,6 @@ extension ServerResponse {
         self.init(status: response.status.code, headers: headers,
                   payload: buffer.readableBytes == 0 ? .bytes([]) : .shared(SharedBuffer(buffer)),
                   headContentLength: isHead ? (contentLength ?? UInt64(buffer.readableBytes)) : nil)
-    }
-}
-
-extension ServerResponse {
-    /// Whether a response with `status` carries a body on the wire (not HEAD, 1xx, 204, 304).
-    static func sendsBody(status: Int, isHead: Bool) -> Bool {
-        !isHead && status >= 200 && status != 204 && status != 304
     }
 }
 

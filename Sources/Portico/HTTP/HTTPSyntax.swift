@@ -5,6 +5,12 @@ import Foundation
 /// refused at load time instead of splitting a response at run time; header parsers use them to
 /// read what a peer sent.
 enum HTTPSyntax {
+    /// Whether a response with `status` carries a body (RFC 9110 §6.4.1): not to a HEAD
+    /// request, not 1xx, 204 or 304.
+    static func responseHasBody(status: Int, toHead: Bool = false) -> Bool {
+        !toHead && status >= 200 && status != 204 && status != 304
+    }
+
     /// RFC 9110 `token`: method names and header field names.
     static func isToken(_ text: String) -> Bool {
         !text.isEmpty && text.unicodeScalars.allSatisfy { scalar in

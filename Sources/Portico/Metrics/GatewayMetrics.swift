@@ -80,9 +80,10 @@ public final class GatewayMetrics: Sendable {
     /// append last to its body. It records the time to the first body byte as that byte leaves,
     /// and the request (count, `portico_request_duration_seconds` from `start` to the body's
     /// end, in-flight gauge) when the body ends, however it ends — or when the body is dropped
-    /// unread. `clock` must be the one `start` was read from.
+    /// unread; `then` runs after that. `clock` must be the one `start` was read from.
     public func streamObserver(route: String?, method: String, code: Int, start: ContinuousClock.Instant,
-                               clock: any GatewayClock = SystemClock()) -> StreamObserver {
+                               clock: any GatewayClock = SystemClock(),
+                               then: @escaping @Sendable () -> Void = {}) -> StreamObserver {
         StreamObserver(clock: clock, onFirstByte: { [self] first in
             firstByte(route: route, after: start.duration(to: first))
         }, onEnd: { [self] observation in
@@ -91,6 +92,7 @@ public final class GatewayMetrics: Sendable {
                 firstByte(route: route, after: start.duration(to: observation.end))
             }
             requestFinished(route: route, method: method, code: code, duration: start.duration(to: observation.end))
+            then()
         })
     }
 

@@ -261,7 +261,7 @@ extension URLSessionBridge {
                 state.declaredLength = declared
             }
             let status = response.statusCode
-            let hasBody = task.originalRequest?.httpMethod != "HEAD" && status >= 200 && status != 204 && status != 304
+            let hasBody = HTTPSyntax.responseHasBody(status: status, toHead: task.originalRequest?.httpMethod == "HEAD")
             if hasBody, let declared, declared > limit {
                 // Refused at the head: a declared length over the limit is never read.
                 finish(.failure(Failure.tooLarge(limit: limit)))

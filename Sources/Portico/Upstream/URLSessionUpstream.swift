@@ -180,7 +180,7 @@ final class URLSessionUpstream: UpstreamClient {
         let status = try status(http)
         var fields = Self.fields(http)
         var body = received.body
-        let hasBody = method != .head && status.code != 204 && status.code != 304 && status.kind != .informational
+        let hasBody = HTTPSyntax.responseHasBody(status: status.code, toHead: method == .head)
         try Self.restoreContentCoding(&fields, body: &body, hasBody: hasBody)
         if !hasBody { body.clear() }
         return GatewayResponse(status: status, headerFields: ForwardingHeaders.clientResponseFields(fields),

@@ -15,10 +15,16 @@ func withUpstreamDeadline<T: Sendable>(
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     if clock.now >= deadline { throw UpstreamError.timeout }
-    return try await withThrowingTaskGroup(of: T?.self) { group in
+    return try await race(operation, against: { try await clock.sleep(until: deadline) })
+}
+
+/// `operation`'s result, or `UpstreamError.timeout` when `timer` returns first; the loser is cancelled.
+func race<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T,
+                       against timer: @escaping @Sendable () async throws -> Void) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask { try await operation() }
         group.addTask {
-            try await clock.sleep(until: deadline)
+            try await timer()
             return nil
         }
         defer { group.cancelAll() }

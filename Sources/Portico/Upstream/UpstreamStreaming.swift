@@ -15,7 +15,7 @@ enum ResponseBodyPlan: Equatable {
 
     init(head: HTTPResponseHead, requestIsHead: Bool, limit: Int) {
         let code = head.status.code
-        if requestIsHead || code < 200 || code == 204 || code == 304 {
+        if !HTTPSyntax.responseHasBody(status: Int(code), toHead: requestIsHead) {
             self = .buffer
             return
         }
@@ -245,18 +245,9 @@ func withUpstreamDeadline<T: Sendable>(
     _ budget: Duration, after upload: UpstreamUpload, clock: any GatewayClock,
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await operation() }
-        group.addTask {
-            await upload.ended()
-            try Task.checkCancellation()
-            try await clock.sleep(for: budget)
-            return nil
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else {
-            throw UpstreamError.timeout
-        }
-        return value
-    }
+    try await race(operation, against: {
+        await upload.ended()
+        try Task.checkCancellation()
+        try await clock.sleep(for: budget)
+    })
 }
