@@ -83,7 +83,7 @@ let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, te
     if let pending = context.pending, !pending.isOver {
         // Its connection is gone while the handler works (a streamed upload cut short): the
         // work is cancelled; there is nothing to resume.
-        pending.complete(ServerResponse(status: 499, closeConnection: true))
+        pending.complete(PendingResponse.abandoned)
     }
     if let streaming = context.streaming {
         context.streaming = nil
@@ -198,22 +198,12 @@ private struct AccessCall {
         case .later(let work, let requestID, let sink):
             // The handler's deadline counts from the body's end (`handedOver`); until then the
             // body must keep up `Upload.minimumRate` after a first `requestTimeout`.
-            let pending = PendingResponse(suspension: suspension, deadline: .now + .seconds(365 * 86_400), isHead: isHead,
-                                          requestID: requestID) { [weak core, timer = context.timer] pending in
-                core?.completed(pending, timer: timer)
-            }
-            context.pending = pending
             context.upload = Upload(sink: sink) {
                 timer.arm(.body, until: .now + silence)
                 suspension.resume()
             }
             timer.arm(.body, until: .now + silence)
-            core.register(pending)
-            core.hangUps.watch(pending, on: timer)
-            pending.attach(Task {
-                let response = await work()
-                pending.complete(response)
-            })
+            handOver(work, requestID: requestID, deadline: .now + .seconds(365 * 86_400), isHead: isHead, suspension: suspension)
             return portico_yes
         }
     }
@@ -318,22 +308,28 @@ private struct AccessCall {
             work = later
             requestID = id
         }
-        let pending = PendingResponse(suspension: suspension, deadline: serverRequest.deadline,
-                                      isHead: isHead, requestID: requestID) { [weak core, timer = context.timer] pending in
+        context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
+        suspension.suspend()
+        handOver(work, requestID: requestID, deadline: serverRequest.deadline, isHead: isHead, suspension: suspension)
+        return portico_yes
+    }
+
+    /// Runs `work` in a task for this request, answered by the server instead past `deadline`
+    /// (the watchdog) or when the client leaves (libmicrohttpd does not poll a suspended
+    /// connection: it is watched for here).
+    private func handOver(_ work: @escaping @Sendable () async -> ServerResponse, requestID: String?,
+                          deadline: ContinuousClock.Instant, isHead: Bool, suspension: Suspension) {
+        let pending = PendingResponse(suspension: suspension, deadline: deadline, isHead: isHead,
+                                      requestID: requestID) { [weak core, timer = context.timer] pending in
             core?.completed(pending, timer: timer)
         }
         context.pending = pending
-        context.timer.arm(.body, until: nil)  // the handler's deadline is watched as an in-flight request
-        suspension.suspend()
         core.register(pending)
-        // libmicrohttpd does not poll a suspended connection: its client leaving is watched for here.
         core.hangUps.watch(pending, on: context.timer)
-        let task = Task {
+        pending.attach(Task {
             let response = await work()
             pending.complete(response)
-        }
-        pending.attach(task)
-        return portico_yes
+        })
     }
 
     /// Answers a request refused once its head is read, giving the renderer the head as received.

@@ -70,9 +70,12 @@ extension PendingResponse: HangUpListener {
     /// The work is cancelled and the socket shut down before the connection is woken, so
     /// libmicrohttpd closes it (the answer goes nowhere, not even to a client that only half-closed).
     func clientLeft(timer: ConnectionTimer) -> Bool {
-        let abandoned = ServerResponse(status: 499, body: Array("client closed the connection\n".utf8), closeConnection: true)
-        return complete(abandoned, beforeResume: { timer.shutDown() })
+        complete(Self.abandoned, beforeResume: { timer.shutDown() })
     }
+
+    /// What completes a request whose client has gone (never sent: its connection is closing).
+    static let abandoned = ServerResponse(status: 499, body: Array("client closed the connection\n".utf8),
+                                          closeConnection: true)
 
     var isOver: Bool { response != nil }
 }

@@ -65,8 +65,6 @@ final class Suspension: Sendable {
         state.withLock { $0.wakeRequested = false }
     }
 
-    var isSuspended: Bool { state.withLock { $0.suspended } }
-
     /// The connection is closed: nothing may resume it any more.
     func close() {
         state.withLock { $0.closed = true }
