@@ -30,7 +30,10 @@ struct StreamingEndToEndTests {
             download: .knownIssue("URLSession on Linux cannot pause a response: libcurl reads ahead of the client, up to max_response_bytes"),
             upload: .knownIssue("urlsession cannot stream uploads: over 64 MiB it answers 413 payload_too_large"),
             heldUpload: .knownIssue("urlsession cannot stream uploads: over 64 MiB it answers 413 payload_too_large"),
-            slowReader: .knownIssue("URLSession on Linux cannot pause a response: a slow client makes Portico queue up to max_response_bytes")),
+            slowReader: .knownIssue("URLSession on Linux cannot pause a response: a slow client makes Portico queue up to max_response_bytes"),
+            // Reading ahead, libcurl may have the whole download (the upstream done, its
+            // connection kept alive) before the client leaves: then there is no close to see.
+            hangUpMidDownload: .knownIssue("URLSession reads a download ahead of the client: the upstream may finish before the client leaves")),
     ]
 
     struct Expected {
@@ -40,6 +43,7 @@ struct StreamingEndToEndTests {
         var heldUpload = StreamingExpectation.streams
         var slowReader = StreamingExpectation.streams
         var hangUp = StreamingExpectation.streams
+        var hangUpMidDownload = StreamingExpectation.streams
         var upstreamAbort = StreamingExpectation.streams
     }
 
@@ -114,7 +118,7 @@ struct StreamingEndToEndTests {
     @Test("a client leaving mid-download: the upstream sees the close within 5 s, in-flight gauge back to baseline",
           arguments: Transport.allCases)
     func clientLeavesDownload(transport: Transport) async throws {
-        try await Self.expected[transport]!.hangUp.check {
+        try await Self.expected[transport]!.hangUpMidDownload.check {
             try await Self.withPortico(transport) { try await StreamingScenarios.clientLeavesDownload($0) }
         }
     }
