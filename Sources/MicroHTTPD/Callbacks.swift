@@ -324,8 +324,7 @@ private struct AccessCall {
             core?.completed(pending, timer: timer)
         }
         context.pending = pending
-        core.register(pending)
-        core.hangUps.watch(pending, on: context.timer)
+        core.register(pending, timer: context.timer)
         pending.attach(Task {
             let response = await work()
             pending.complete(response)

@@ -105,6 +105,11 @@ final class ServerCore: Sendable {
         var port: UInt16 = 0
         var watchdog: Task<Void, Never>?
         var inFlight: [ObjectIdentifier: PendingResponse] = [:]
+        /// Pending requests not yet in the hang-up watch, by the watchdog tick they arrived in:
+        /// a request still waiting after a whole tick is watched; most are answered before and
+        /// never cost the two `epoll_ctl` calls (and the locks) of a watch.
+        var unwatchedNew: [ObjectIdentifier: (PendingResponse, ConnectionTimer)] = [:]
+        var unwatchedOld: [ObjectIdentifier: (PendingResponse, ConnectionTimer)] = [:]
         /// Response streams being sent: `stop` ends them before stopping the daemons.
         var streams: [ObjectIdentifier: StreamingResponse] = [:]
         /// Every open connection, by its timer: the timer for the watchdog, the handle for its own
@@ -359,6 +364,7 @@ final class ServerCore: Sendable {
         while !Task.isCancelled {
             do { try await Task.sleep(for: interval) } catch { return }
             tick += 1
+            watchLingering()
             cancelDeparted()
             if tick % 10 == 0 { expireSlowConnections() }
             let now = ContinuousClock.now
@@ -369,6 +375,19 @@ final class ServerCore: Sendable {
                 pending.complete(configuration.refusalResponse(.deadlineExceeded, nil, pending.requestID))
             }
         }
+    }
+
+    /// Puts the requests that have waited a whole tick into the hang-up watch. A client that
+    /// leaves is then noticed within two ticks (100 ms) instead of one.
+    private func watchLingering() {
+        let lingering = state.withLock { state in
+            defer {
+                state.unwatchedOld = state.unwatchedNew
+                state.unwatchedNew = [:]
+            }
+            return state.unwatchedOld.values
+        }
+        for (pending, timer) in lingering { hangUps.watch(pending, on: timer) }
     }
 
     /// Ends the work of exchanges whose clients have left while libmicrohttpd was not looking
@@ -449,9 +468,13 @@ final class ServerCore: Sendable {
         admissions.wrappingSubtract(1, ordering: .sequentiallyConsistent)
     }
 
-    /// A suspended request whose handler is about to run (deadline watchdog, shutdown).
-    func register(_ pending: PendingResponse) {
-        state.withLock { $0.inFlight[ObjectIdentifier(pending)] = pending }
+    /// A suspended request whose handler is about to run (deadline watchdog, shutdown, and
+    /// from the next tick on, the hang-up watch).
+    func register(_ pending: PendingResponse, timer: ConnectionTimer) {
+        state.withLock { state in
+            state.inFlight[ObjectIdentifier(pending)] = pending
+            state.unwatchedNew[ObjectIdentifier(pending)] = (pending, timer)
+        }
     }
 
     /// A response stream starts: watched for its client leaving and for `stop`.
@@ -467,10 +490,12 @@ final class ServerCore: Sendable {
     }
 
     func completed(_ pending: PendingResponse, timer: ConnectionTimer) {
-        _ = state.withLock { state in
-            state.inFlight.removeValue(forKey: ObjectIdentifier(pending))
+        let id = ObjectIdentifier(pending)
+        let watched = state.withLock { state in
+            state.inFlight.removeValue(forKey: id)
+            return state.unwatchedNew.removeValue(forKey: id) == nil && state.unwatchedOld.removeValue(forKey: id) == nil
         }
-        hangUps.unwatch(pending, on: timer)
+        if watched { hangUps.unwatch(pending, on: timer) }
     }
 
     /// The connection no longer waits on `pending`: its response was queued or the request ended.

@@ -115,6 +115,12 @@ struct ConfigNode {
 
     func string() -> String? { scalar()?.text }
 
+    /// Whether this is the plain word `word` (a keyword such as `auto` where a number may stand).
+    func isWord(_ word: String) -> Bool {
+        guard case .scalar(let scalar) = node else { return false }
+        return scalar.string == word
+    }
+
     /// A string that must not be empty (names, hosts, secrets).
     func nonEmptyString() -> String? {
         guard let value = scalar() else { return nil }
@@ -125,10 +131,10 @@ struct ConfigNode {
         return value.text
     }
 
-    func int(in range: ClosedRange<Int>) -> Int? {
-        guard let value = scalar(expected: "an integer") else { return nil }
+    func int(in range: ClosedRange<Int>, expected: String = "an integer") -> Int? {
+        guard let value = scalar(expected: expected) else { return nil }
         guard let number = Int(value.text) else {
-            error("expected an integer, got \(value.shown)")
+            error("expected \(expected), got \(value.shown)")
             return nil
         }
         guard range.contains(number) else {

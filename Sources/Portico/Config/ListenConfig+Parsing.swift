@@ -7,7 +7,7 @@ extension ListenConfig {
         var c = ListenConfig()
         m.read("address", into: &c.address) { $0.nonEmptyString() }
         m.read("port", into: &c.port) { $0.int(in: 0...65535) }
-        m.read("threads", into: &c.threads) { $0.int(in: 1...1024) }
+        m.read("threads", into: &c.threads) { $0.isWord("auto") ? ListenConfig.automaticThreads : $0.int(in: 1...1024, expected: "an integer or auto") }
         m.read("connection_limit", into: &c.connectionLimit) { $0.int(in: 1...Int.max) }
         m.read("idle_timeout", into: &c.idleTimeout) { $0.duration() }
         m.read("header_timeout", into: &c.headerTimeout) { $0.duration(positive: true) }

@@ -142,12 +142,9 @@ final class URLSessionUpstream: UpstreamClient {
         let fields = ForwardingHeaders.upstreamRequestFields(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
             upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
-        for (name, value) in Self.joinedForDictionary(fields) {
-            urlRequest.setValue(value, forHTTPHeaderField: name)
-        }
-        for name in Self.suppressedDefaults where urlRequest.value(forHTTPHeaderField: name) == nil {
-            urlRequest.setValue(" ", forHTTPHeaderField: name)
-        }
+        // One assignment: `setValue(_:forHTTPHeaderField:)` searches the fields case-insensitively
+        // on every call (measured: 3 % of the path's CPU).
+        urlRequest.allHTTPHeaderFields = Self.headerDictionary(fields)
         if let buffer = request.body.buffer, buffer.readableBytes > 0 {
             urlRequest.httpBody = Data(buffer.readableBytesView)
         }
@@ -155,22 +152,26 @@ final class URLSessionUpstream: UpstreamClient {
     }
 
     /// URLRequest headers are a dictionary: join duplicates (`Cookie` with `; ` as RFC 6265
-    /// asks, the rest with `, `) under the first spelling seen. Framing is curl's job.
-    static func joinedForDictionary(_ fields: HTTPFields) -> [(String, String)] {
-        var order: [String] = []
-        var joined: [String: (name: String, value: String)] = [:]
+    /// asks, the rest with `, `) under the first spelling seen. Framing is curl's job. Defaults
+    /// curl would add (`suppressedDefaults`) are set to `" "` when absent, so it sends none.
+    static func headerDictionary(_ fields: HTTPFields) -> [String: String] {
+        var spelling: [String: String] = [:]  // canonical name → first spelling
+        var headers: [String: String] = [:]
+        headers.reserveCapacity(fields.count + suppressedDefaults.count)
         for field in fields {
             let key = field.name.canonicalName
             if key == "content-length" || key == "transfer-encoding" || key == "expect" { continue }
-            if var entry = joined[key] {
-                entry.value += (key == "cookie" ? "; " : ", ") + field.value
-                joined[key] = entry
+            if let name = spelling[key] {
+                headers[name]! += (key == "cookie" ? "; " : ", ") + field.value
             } else {
-                order.append(key)
-                joined[key] = (field.name.rawName, field.value)
+                spelling[key] = field.name.rawName
+                headers[field.name.rawName] = field.value
             }
         }
-        return order.map { joined[$0]! }.map { ($0.name, $0.value) }
+        for name in suppressedDefaults where spelling[name.lowercased()] == nil {
+            headers[name] = " "
+        }
+        return headers
     }
 
     // MARK: Response

@@ -95,7 +95,7 @@ struct ConfigDiagnosticTests {
             routes: { name: r }
             """) == [
             #"portico.yaml:2 listen.port: expected an integer, got "abc""#,
-            "portico.yaml:3 listen.threads: expected an integer, got a list",
+            "portico.yaml:3 listen.threads: expected an integer or auto, got a list",
             "portico.yaml:4 admin: expected a mapping, got a list",
             "portico.yaml:6 logging.level: expected one of trace, debug, info, notice, warning, error, critical, got a mapping",
             #"portico.yaml:10 upstreams.u.preserve_host: expected true or false, got "maybe""#,

@@ -18,6 +18,15 @@ struct ConfigLoaderTests {
                                               direct: .init(status: 200, body: "pong"))])
     }
 
+    @Test("listen.threads defaults to one per core, and `auto` says the same")
+    func automaticThreads() throws {
+        let expected = ListenConfig.automaticThreads
+        #expect(expected >= 1 && expected <= ProcessInfo.processInfo.processorCount)
+        #expect(try load(minimalRoute).listen.threads == expected)
+        #expect(try load("listen: { threads: auto }\n" + minimalRoute).listen.threads == expected)
+        #expect(try load("listen: { threads: 3 }\n" + minimalRoute).listen.threads == 3)
+    }
+
     @Test("every section is read into the model")
     func fullFile() throws {
         let config = try load("""

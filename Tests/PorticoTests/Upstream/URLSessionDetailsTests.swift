@@ -39,8 +39,13 @@ import Testing
         fields.append(HTTPField(name: HTTPField.Name("x-a")!, value: "2"))
         fields.append(HTTPField(name: .cookie, value: "b=2"))
         fields.append(HTTPField(name: .contentLength, value: "5"))
-        let joined = URLSessionUpstream.joinedForDictionary(fields)
-        #expect(joined.map { "\($0.0): \($0.1)" } == ["X-A: 1, 2", "Cookie: a=1; b=2"])
+        fields.append(HTTPField(name: .userAgent, value: "client/1"))
+        let headers = URLSessionUpstream.headerDictionary(fields)
+        // Joined under the first spelling; framing left to curl; curl's own defaults blanked
+        // unless the client sent them.
+        #expect(headers == ["X-A": "1, 2", "Cookie": "a=1; b=2", "User-Agent": "client/1", "Accept": " ",
+                            "Accept-Encoding": " ", "Accept-Language": " ", "Content-Type": " ", "Connection": " ",
+                            "Expect": " "])
     }
 
     @Test func reencodesGzipAndWeakensETag() throws {
