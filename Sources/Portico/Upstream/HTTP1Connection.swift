@@ -3,8 +3,8 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 
-/// One HTTP/1.1 connection of an `HTTP1ConnectionPool`: a channel whose pipeline is
-/// TLS (`NIOSSLClientHandler` + `ServerNameVerificationHandler`), NIO's HTTP/1 client codec and
+/// One HTTP/1.1 connection of an `HTTP1ConnectionPool`: a channel whose pipeline is, for TLS,
+/// `NIOSSLClientHandler` (+ `ServerNameVerificationHandler` with `server_name`), NIO's HTTP/1 client codec and
 /// an `HTTP1ExchangeHandler`. The handlers live on the channel's event loop; this type only
 /// holds the channel and reaches them through the loop.
 struct HTTP1Connection: Sendable {
@@ -16,17 +16,27 @@ struct HTTP1Connection: Sendable {
         var tls: NIOSSLContext?
         /// The name sent as SNI and required of the certificate (`ServerNameCheck`); `nil`: none.
         var serverName: String?
+        /// Without `serverName`: the host sent as SNI and verified by NIOSSL (an IP address is
+        /// checked against the certificate's IP names instead).
+        var verifiedHost: String? = nil
     }
 
     let channel: any Channel
+    /// The pipeline's `HTTP1ExchangeHandler`, kept here rather than looked up per exchange: it
+    /// still answers (with the reason the connection closed) once the channel has let it go.
+    let handler: NIOLoopBoundBox<HTTP1ExchangeHandler?>
 
     /// Connects and, with TLS, completes the handshake and the name check, all within `timeout`.
     static func connect(to endpoint: Endpoint, on group: any EventLoopGroup, timeout: Duration) async throws -> HTTP1Connection {
         let timeout = TimeAmount(timeout)
         // The promise exists before the channel, so its outcome (a TLS failure, say) survives
         // the channel closing before anyone asks the pipeline.
-        let eventLoop = group.next()
+        // The caller's own loop when it runs on one of the group's (`any()` prefers it): the
+        // exchanges of a task then stay on its thread.
+        let eventLoop = group.any()
         let ready = eventLoop.makePromise(of: Void.self)
+        let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
+                                                                              eventLoop: eventLoop)
         let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -35,7 +45,7 @@ struct HTTP1Connection: Sendable {
                     let pipeline = channel.pipeline.syncOperations
                     if let context = endpoint.tls {
                         // SNI cannot carry an IP literal; the name check still applies to it.
-                        let sni = endpoint.serverName.flatMap { $0.isIPAddressLiteral ? nil : $0 }
+                        let sni = (endpoint.serverName ?? endpoint.verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
                         try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
                         if let serverName = endpoint.serverName {
                             try pipeline.addHandler(ServerNameVerificationHandler(serverName: serverName))
@@ -45,6 +55,7 @@ struct HTTP1Connection: Sendable {
                     let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil)
                     handler.limitHandshake(to: timeout, on: channel.eventLoop)
                     try pipeline.addHandler(handler)
+                    handlerBox.value = handler
                 }
             }
         let channel: any Channel
@@ -55,7 +66,7 @@ struct HTTP1Connection: Sendable {
             ready.fail(failure)  // when the handler never got to it; a no-op otherwise
             throw failure
         }
-        let connection = HTTP1Connection(channel: channel)
+        let connection = HTTP1Connection(channel: channel, handler: handlerBox)
         do {
             try await withTaskCancellationHandler {
                 try await ready.futureResult.get()
@@ -75,34 +86,58 @@ struct HTTP1Connection: Sendable {
     /// if it fails, the connection is closed.
     func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         let channel = self.channel
+        guard let upload = exchange.upload else {
+            // One suspension: the request starts at once when this task runs on the connection's
+            // loop (the pool prefers such a connection), and the response resumes the task there.
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    let eventLoop = channel.eventLoop
+                    if eventLoop.inEventLoop {
+                        start(exchange, answering: continuation)
+                    } else {
+                        eventLoop.execute { start(exchange, answering: continuation) }
+                    }
+                }
+            } onCancel: {
+                channel.close(promise: nil)
+            }
+        }
         return try await withTaskCancellationHandler {
             let response = try await channel.eventLoop.submit {
                 let promise = channel.eventLoop.makePromise(of: HTTP1Response.self)
-                do {
-                    let handler = try channel.pipeline.syncOperations.handler(type: HTTP1ExchangeHandler.self)
-                    handler.execute(exchange, promise: promise)
-                } catch {
-                    promise.fail(UpstreamError.connectionClosed("pooled connection no longer usable"))
-                }
+                start(exchange, promise: promise)
                 return promise.futureResult
             }.get()
-            if let upload = exchange.upload {
-                // After the head was queued on the event loop, so the parts follow it.
-                Task {
-                    do {
-                        try await upload.run { chunk in
-                            try await channel.writeAndFlush(HTTPClientRequestPart.body(.byteBuffer(chunk))).get()
-                        }
-                        try await channel.writeAndFlush(HTTPClientRequestPart.end(nil)).get()
-                    } catch {
-                        channel.close(promise: nil)
+            // After the head was queued on the event loop, so the parts follow it.
+            Task {
+                do {
+                    try await upload.run { chunk in
+                        try await channel.writeAndFlush(HTTPClientRequestPart.body(.byteBuffer(chunk))).get()
                     }
+                    try await channel.writeAndFlush(HTTPClientRequestPart.end(nil)).get()
+                } catch {
+                    channel.close(promise: nil)
                 }
             }
             return try await response.get()
         } onCancel: {
             channel.close(promise: nil)
         }
+    }
+
+    /// Hands `exchange` to the connection's handler. On the channel's event loop.
+    private func start(_ exchange: HTTP1Exchange, promise: EventLoopPromise<HTTP1Response>) {
+        guard let handler = handler.value else {
+            promise.fail(UpstreamError.connectionClosed("pooled connection no longer usable"))
+            return
+        }
+        handler.execute(exchange, promise: promise)
+    }
+
+    private func start(_ exchange: HTTP1Exchange, answering continuation: CheckedContinuation<HTTP1Response, any Error>) {
+        let promise = channel.eventLoop.makePromise(of: HTTP1Response.self)
+        promise.futureResult.whenComplete { continuation.resume(with: $0) }
+        start(exchange, promise: promise)
     }
 
     var isActive: Bool { channel.isActive }

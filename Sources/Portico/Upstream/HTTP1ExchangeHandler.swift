@@ -48,6 +48,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// A streamed response's reader is a high water behind: reads wait (held here, so TLS and
     /// the decoder see them in order when they go on).
     private var readsPaused = false
+    /// The error that closed the connection while no exchange ran (a TLS alert, say).
+    private var closedBy: (any Error)?
     private var readHeld = false
 
     /// `ready` succeeds once the connection can carry a request; with `awaitsHandshake` that
@@ -72,7 +74,10 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// end, and the connection is not reused afterwards (the response may end before the upload).
     func execute(_ request: HTTP1Exchange, promise: EventLoopPromise<HTTP1Response>) {
         guard case .idle = state, let context, context.channel.isActive else {
-            promise.fail(UpstreamError.connectionClosed("pooled connection no longer usable"))
+            // A TLS 1.3 server refuses a client certificate after the handshake: its alert can
+            // close a new connection before the first request; that reason is the answer.
+            promise.fail(closedBy.map { Self.kind(of: $0, afterHead: false, limit: 0) }
+                         ?? UpstreamError.connectionClosed("pooled connection no longer usable"))
             return
         }
         let head = request.head
@@ -240,7 +245,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 exchange.promise.fail(Self.kind(of: error, afterHead: exchange.head != nil, limit: exchange.limit))
             }
         case .idle, .closed:
-            break
+            if closedBy == nil { closedBy = error }
         }
         context?.close(promise: nil)
     }

@@ -1,3 +1,7 @@
+import NIOCore
+import NIOPosix
+import Synchronization
+
 /// The instant an upstream exchange must be done by: the request's deadline, or the
 /// upstream's own `timeout` if that comes first.
 func upstreamDeadline(config: UpstreamConfig, context: RequestContext) -> ContinuousClock.Instant {
@@ -15,7 +19,32 @@ func withUpstreamDeadline<T: Sendable>(
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     if clock.now >= deadline { throw UpstreamError.timeout }
+    if clock is SystemClock { return try await withEventLoopDeadline(deadline, operation) }
     return try await race(operation, against: { try await clock.sleep(until: deadline) })
+}
+
+/// `withUpstreamDeadline` on the real clock: the operation runs in a child task, and a timer on
+/// an event loop cancels it at the deadline. Why not `Task.sleep` in a task group: a cancelled
+/// `Task.sleep` leaves its timer queued in libdispatch until the deadline, holding about 750
+/// bytes for every finished request until its timeout would have fired (measured: RSS grew by
+/// 40 MB every 4 s under load, to rate × timeout). A cancelled NIO timer is gone at once.
+private func withEventLoopDeadline<T: Sendable>(
+    _ deadline: ContinuousClock.Instant, _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    let child = Task { try await operation() }
+    let timedOut = TimedOutFlag()
+    let nanoseconds = GatewayMetrics.nanoseconds(ContinuousClock.now.duration(to: deadline))
+    let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(nanoseconds)) {
+        timedOut.value.store(true, ordering: .relaxed)
+        child.cancel()
+    }
+    defer { timer.cancel() }
+    do {
+        return try await withTaskCancellationHandler { try await child.value } onCancel: { child.cancel() }
+    } catch {
+        if timedOut.value.load(ordering: .relaxed) && !Task.isCancelled { throw UpstreamError.timeout }
+        throw error
+    }
 }
 
 /// `operation`'s result, or `UpstreamError.timeout` when `timer` returns first; the loser is cancelled.
@@ -33,4 +62,8 @@ func race<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T,
         }
         return value
     }
+}
+
+private final class TimedOutFlag: Sendable {
+    let value = Atomic<Bool>(false)
 }
