@@ -9,7 +9,8 @@ struct PrefixStripping: Responder {
     }
 
     func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse? {
-        try endpoint.respondImmediately(to: stripped(request), context: context)
+        guard endpoint.answersImmediately else { return nil }
+        return try endpoint.respondImmediately(to: stripped(request), context: context)
     }
 
     var answersImmediately: Bool { endpoint.answersImmediately }
@@ -23,12 +24,13 @@ struct PrefixStripping: Responder {
     /// `target` less `prefix` (a trailing `/` of the prefix kept in the result): `/api/x` → `/x`,
     /// `/api` → `/`, `/api?q` → `/?q`. A target that does not start with it is returned as is.
     static func strip(_ prefix: String, from target: String) -> String {
-        var trimmedPrefix = Substring(prefix)
-        if trimmedPrefix.hasSuffix("/") { trimmedPrefix = trimmedPrefix.dropLast() }
-        guard target.hasPrefix(trimmedPrefix) else { return target }
-        let rest = target.dropFirst(trimmedPrefix.count)
-        if rest.isEmpty { return "/" }
-        if rest.first == "?" { return "/" + rest }
-        return String(rest)
+        // By bytes, not Characters: it runs on every request of a route that strips.
+        var trimmedPrefix = prefix.utf8[...]
+        if trimmedPrefix.last == UInt8(ascii: "/") { trimmedPrefix = trimmedPrefix.dropLast() }
+        guard target.utf8.starts(with: trimmedPrefix) else { return target }
+        let rest = target.utf8.dropFirst(trimmedPrefix.count)
+        guard let first = rest.first else { return "/" }
+        if first == UInt8(ascii: "?") { return "/" + String(Substring(rest)) }
+        return String(Substring(rest))
     }
 }

@@ -76,6 +76,8 @@ struct RouterTests {
         ("/api/", "/api/orders", "/orders"),
         ("/api", "/api", "/"),
         ("/api", "/api?x=1", "/?x=1"),
+        ("/api", "/other", "/other"),
+        ("/café", "/café/menu", "/menu"),
     ])
     func stripPrefix(prefix: String, target: String, expected: String) {
         #expect(route("r", prefix: prefix, strip: true).upstreamTarget(for: target) == expected)
