@@ -26,9 +26,10 @@ struct HTTP1Connection: Sendable {
     /// still answers (with the reason the connection closed) once the channel has let it go.
     let handler: NIOLoopBoundBox<HTTP1ExchangeHandler?>
 
-    /// Connects and, with TLS, completes the handshake and the name check, all within `timeout`.
-    static func connect(to endpoint: Endpoint, on group: any EventLoopGroup, timeout: Duration) async throws -> HTTP1Connection {
-        let timeout = TimeAmount(timeout)
+    /// Connects and, with TLS, completes the handshake and the name check, all within `timeout`
+    /// (else fails with `failure`: `connectTimeout`, or `timeout` when the request's deadline is sooner).
+    static func connect(to endpoint: Endpoint, on group: any EventLoopGroup, timeout: TimeAmount,
+                        failure timeoutFailure: UpstreamError = .connectTimeout) async throws -> HTTP1Connection {
         // The promise exists before the channel, so its outcome (a TLS failure, say) survives
         // the channel closing before anyone asks the pipeline.
         // The caller's own loop when it runs on one of the group's (`any()` prefers it): the
@@ -53,7 +54,7 @@ struct HTTP1Connection: Sendable {
                     }
                     try pipeline.addHTTPClientHandlers()
                     let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil)
-                    handler.limitHandshake(to: timeout, on: channel.eventLoop)
+                    handler.limitHandshake(to: timeout, on: channel.eventLoop, failure: timeoutFailure)
                     try pipeline.addHandler(handler)
                     handlerBox.value = handler
                 }
@@ -62,7 +63,7 @@ struct HTTP1Connection: Sendable {
         do {
             channel = try await bootstrap.connect(host: endpoint.host, port: endpoint.port).get()
         } catch {
-            let failure = Self.connectFailure(error)
+            let failure = Self.connectFailure(error, timeout: timeoutFailure)
             ready.fail(failure)  // when the handler never got to it; a no-op otherwise
             throw failure
         }
@@ -147,14 +148,14 @@ struct HTTP1Connection: Sendable {
     }
 
     /// Connect errors → `UpstreamError`, in words (the caller adds the address).
-    private static func connectFailure(_ error: any Error) -> any Error {
+    private static func connectFailure(_ error: any Error, timeout: UpstreamError) -> any Error {
         switch error {
         case is CancellationError: return error
         case ChannelError.connectTimeout:
-            return UpstreamError.connectTimeout
+            return timeout
         case let error as NIOConnectionError:
             if error.connectionErrors.contains(where: { if case ChannelError.connectTimeout = $0.error { true } else { false } }) {
-                return UpstreamError.connectTimeout
+                return timeout
             }
             return UpstreamError.connectFailed(NetworkFailure.describe(nioConnectError: error) ?? "connection failed")
         case let error as IOError:

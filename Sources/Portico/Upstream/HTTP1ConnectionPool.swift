@@ -49,6 +49,13 @@ final class HTTP1ConnectionPool: Sendable {
     }
 
     private let configuration: Configuration
+
+    /// How long a request may wait for a connection (a free slot, then connecting), and what
+    /// it fails with past that: `connect_timeout`, or the exchange's own deadline if sooner.
+    private struct Wait {
+        var limit: NIODeadline
+        var failure: UpstreamError
+    }
     private let group: any EventLoopGroup
     private let state = Mutex(State())
 
@@ -61,12 +68,15 @@ final class HTTP1ConnectionPool: Sendable {
     /// applies; cancellation closes the connection in use and rethrows. A response whose body
     /// streams keeps its connection until the body has ended (or failed).
     func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
+        // Waiting for a connection counts as connecting, and stops at the exchange's deadline.
+        var wait = Wait(limit: .now() + TimeAmount(configuration.connectTimeout), failure: .connectTimeout)
+        if let deadline = exchange.deadline, deadline < wait.limit { wait = Wait(limit: deadline, failure: .timeout) }
         let connection: HTTP1Connection
-        if let pooled = try await lease() {
+        if let pooled = try await lease(wait) {
             connection = pooled
         } else {
             do {
-                connection = try await connect()
+                connection = try await connect(wait)
             } catch {
                 release(nil)
                 throw error
@@ -119,7 +129,7 @@ final class HTTP1ConnectionPool: Sendable {
     /// Takes a slot: with an open idle connection (the most recently used one on the caller's
     /// event loop, else the most recently used one), or `nil` when the caller may open a new one.
     /// Without a free slot, waits up to `connectTimeout` for one.
-    private func lease() async throws -> HTTP1Connection? {
+    private func lease(_ wait: Wait) async throws -> HTTP1Connection? {
         enum Outcome { case pooled(HTTP1Connection), connect, wait, shutDown }
         var stale: [HTTP1Connection] = []
         let now = NIODeadline.now()
@@ -145,12 +155,12 @@ final class HTTP1ConnectionPool: Sendable {
         case .pooled(let connection): return connection
         case .connect: return nil
         case .shutDown: throw UpstreamError.connectFailed("client is shut down")
-        case .wait: return try await waitForSlot()
+        case .wait: return try await waitForSlot(wait)
         }
     }
 
     /// Waits for the slot a finishing request hands over (with its connection when reusable).
-    private func waitForSlot() async throws -> HTTP1Connection? {
+    private func waitForSlot(_ wait: Wait) async throws -> HTTP1Connection? {
         let id = state.withLock { state in
             defer { state.nextWaiterID += 1 }
             return state.nextWaiterID
@@ -158,8 +168,8 @@ final class HTTP1ConnectionPool: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTP1Connection?, any Error>) in
                 // Like AsyncHTTPClient: waiting for a pooled connection counts as connecting.
-                let timeout = group.next().scheduleTask(in: TimeAmount(configuration.connectTimeout)) { [self] in
-                    resumeWaiter(id, throwing: UpstreamError.connectTimeout)
+                let timeout = group.any().scheduleTask(deadline: wait.limit) { [self] in
+                    resumeWaiter(id, throwing: wait.failure)
                 }
                 let immediate: (any Error)? = state.withLock { state in
                     if state.isShutDown { return UpstreamError.connectFailed("client is shut down") }
@@ -212,9 +222,9 @@ final class HTTP1ConnectionPool: Sendable {
     }
 
     /// A new connection, registered for shutdown. Needs a slot.
-    private func connect() async throws -> HTTP1Connection {
+    private func connect(_ wait: Wait) async throws -> HTTP1Connection {
         let connection = try await HTTP1Connection.connect(to: configuration.endpoint, on: group,
-                                                           timeout: configuration.connectTimeout)
+                                                           timeout: wait.limit - .now(), failure: wait.failure)
         let shutDown = state.withLock { state in
             if !state.isShutDown { state.open[ObjectIdentifier(connection.channel)] = connection }
             return state.isShutDown

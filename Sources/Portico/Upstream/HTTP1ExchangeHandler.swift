@@ -45,6 +45,9 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     private let awaitsHandshake: Bool
     private var context: ChannelHandlerContext?
     private var handshakeTimeout: Scheduled<Void>?
+    /// The exchange's deadline (`HTTP1Exchange.deadline`): until the head of a streamed
+    /// response, or the end of a buffered one.
+    private var exchangeTimeout: Scheduled<Void>?
     /// A streamed response's reader is a high water behind: reads wait (held here, so TLS and
     /// the decoder see them in order when they go on).
     private var readsPaused = false
@@ -60,12 +63,12 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         self.awaitsHandshake = awaitsHandshake
     }
 
-    /// Fails `ready` with `UpstreamError.connectTimeout` (and closes) if the handshake is not
-    /// done within `timeout`: the TCP connect timeout alone does not cover TLS.
-    func limitHandshake(to timeout: TimeAmount, on eventLoop: any EventLoop) {
+    /// Fails `ready` with `failure` (and closes) if the handshake is not done within `timeout`:
+    /// the TCP connect timeout alone does not cover TLS.
+    func limitHandshake(to timeout: TimeAmount, on eventLoop: any EventLoop, failure: UpstreamError) {
         guard case .connecting = state else { return }
         handshakeTimeout = eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
-            fail(UpstreamError.connectTimeout)
+            fail(failure)
         }
     }
 
@@ -83,6 +86,11 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         let head = request.head
         let asksClose = !head.isKeepAlive || request.upload != nil
         state = .exchanging(Exchange(request: request, promise: promise, requestAsksClose: asksClose))
+        if let deadline = request.deadline {
+            exchangeTimeout = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+                fail(UpstreamError.timeout)
+            }
+        }
         guard request.upload == nil else {
             context.writeAndFlush(wrapOutboundOut(.head(head)), promise: nil)
             return
@@ -137,6 +145,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
             case .tooLarge:
                 fail(UpstreamError.responseTooLarge(limit: exchange.limit))
             case .stream(let length):
+                exchangeTimeout?.cancel()
+                exchangeTimeout = nil
                 let channel = context.channel
                 let relay = exchange.request.makeRelay!(length) { channel.close(promise: nil) }
                 let finished = context.eventLoop.makePromise(of: Bool.self)
@@ -172,6 +182,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 fail(UpstreamError.protocolError("no response head"))
                 return
             }
+            exchangeTimeout?.cancel()
+            exchangeTimeout = nil
             let reusable = head.isKeepAlive && !exchange.requestAsksClose && context.channel.isActive
             state = reusable ? .idle : .closed
             if !reusable { context.close(promise: nil) }
@@ -233,6 +245,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         let previous = state
         state = .closed
         handshakeTimeout?.cancel()
+        exchangeTimeout?.cancel()
+        exchangeTimeout = nil
         switch previous {
         case .connecting(let ready):
             ready.fail(Self.kind(of: error, afterHead: false, limit: 0))
@@ -266,6 +280,9 @@ struct HTTP1Exchange: Sendable {
     var upload: UpstreamUpload?
     /// `max_response_bytes`.
     var limit: Int
+    /// When the response must be here (its head when it streams, all of it otherwise), on the
+    /// connection's loop; `nil`: the caller bounds it.
+    var deadline: NIODeadline? = nil
     var requestIsHead: Bool
     /// The relay for a response body that streams, given its declared length and how to
     /// cancel the exchange (close the connection); `nil`: every body is collected whole.
