@@ -92,7 +92,10 @@ public final class ExternalServer: Sendable {
         // Wait until it accepts connections (generous: a loaded machine starts Python slowly).
         let deadline = ContinuousClock.now.advanced(by: .seconds(30))
         while ContinuousClock.now < deadline {
-            if (try? RawHTTPConnection(port: port, timeout: .seconds(1))) != nil { return }
+            // Listening, and by this child: another test's server may have taken the port
+            // between the probe that found it free and the child's bind (then the child exits,
+            // and the connection would reach that other server).
+            if (try? RawHTTPConnection(port: port, timeout: .seconds(1))) != nil, Self.listens(process.pid, on: port) { return }
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(50))
         }
@@ -100,6 +103,27 @@ public final class ExternalServer: Sendable {
         let output = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
         let errorLog = (try? String(contentsOf: directory.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
         throw Failure(description: "\(executable) did not start listening on 127.0.0.1:\(port): \(output)\(errorLog)")
+    }
+
+    /// Whether process `pid` holds a TCP socket listening on `port` on 127.0.0.1 (Linux:
+    /// `/proc/net/tcp`'s listening sockets matched to the inodes of the process's descriptors).
+    static func listens(_ pid: pid_t, on port: Int) -> Bool {
+        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return true }
+        let local = String(format: "0100007F:%04X", port)
+        let inodes = Set(table.split(separator: "\n").dropFirst().compactMap { line -> String? in
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            // sl, local_address, rem_address, st (0A: LISTEN), …, inode is the tenth field.
+            guard fields.count > 9, fields[1] == local, fields[3] == "0A" else { return nil }
+            return String(fields[9])
+        })
+        guard !inodes.isEmpty else { return false }
+        let descriptors = "/proc/\(pid)/fd"
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: descriptors) else { return false }
+        return entries.contains { entry in
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "\(descriptors)/\(entry)"),
+                  target.hasPrefix("socket:[") else { return false }
+            return inodes.contains(String(target.dropFirst("socket:[".count).dropLast()))
+        }
     }
 
     /// Stops the child without waiting for it (usable from `defer`): SIGTERM now; a task reaps
