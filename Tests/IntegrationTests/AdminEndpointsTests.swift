@@ -106,7 +106,7 @@ struct AdminEndpointsTests {
         await gateway.stop()
     }
 
-    @Test("GET /credentials: a failing IdP shows its error and failures; /metrics records the expiry gauge first")
+    @Test("GET /credentials: a failing IdP shows its error, the failures and the next attempt, never a secret")
     func credentials() async throws {
         let idp = try TestTokenEndpoint()
         let gateway = try Running(Self.yaml(tokenURL: idp.url.absoluteString))
