@@ -63,6 +63,8 @@ let package = Package(
                 .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
                 .product(name: "X509", package: "swift-certificates"),
             ],
+            // The admin dashboard, compiled in as `PackageResources.dashboard_html` (no Bundle at run time).
+            resources: [.embedInCode("Admin/dashboard.html")],
             swiftSettings: strict
         ),
         .executableTarget(

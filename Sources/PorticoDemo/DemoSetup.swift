@@ -20,7 +20,8 @@ public final class DemoSetup: Sendable {
         let idp = try TokenEndpointServer(idpSettings)
         self.idp = idp
         clientSecret = idpSettings.clientSecret
-        upstream = DemoUpstream(authorizes: { idp.authorizes($0) })
+        upstream = DemoUpstream(authorizes: { idp.authorizes($0) },
+                                switchIdP: { up in try? await idp.setFailure(up ? nil : .closed) })
         upstreamPort = try upstream.start()
     }
 

@@ -8,11 +8,16 @@ import Synchronization
 /// - `GET /secure…` demands a bearer token the demo identity provider issued (`authorizes`).
 /// - `GET /flaky` fails with 503 two times out of three.
 /// - `GET /events?count=N` streams N Server-Sent Events, one a second.
+/// - `POST /demo/idp/down` and `POST /demo/idp/up` on the upstream's own port (never through the
+///   gateway's routes) stop and restart the demo identity provider, to watch a failing credential
+///   on the dashboard.
 public final class DemoUpstream: Sendable {
     private let server: HTTPServer
 
-    /// `authorizes` decides whether an `Authorization` value is a current token (the demo IdP's check).
-    public init(authorizes: @escaping @Sendable (String?) -> Bool = { _ in true }) {
+    /// `authorizes` decides whether an `Authorization` value is a current token (the demo IdP's check);
+    /// `switchIdP(up)` stops or restarts the identity provider.
+    public init(authorizes: @escaping @Sendable (String?) -> Bool = { _ in true },
+                switchIdP: @escaping @Sendable (Bool) async -> Void = { _ in }) {
         let counter = Atomic<Int>(0)
         let flaky = Atomic<Int>(0)
         let respond: @Sendable (ServerRequest) -> ServerResponse = { request in
@@ -31,6 +36,13 @@ public final class DemoUpstream: Sendable {
         }
         server = HTTPServer(configuration: ServerConfiguration()) { (request: ServerRequest) -> HTTPServer.Answer in
             let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+            if request.method == "POST", path == "/demo/idp/down" || path == "/demo/idp/up" {
+                return .later {
+                    await switchIdP(path.hasSuffix("/up"))
+                    return ServerResponse(status: 200, headers: [("Content-Type", "text/plain")],
+                                          body: Array("identity provider \(path.hasSuffix("/up") ? "up" : "down")\n".utf8))
+                }
+            }
             guard path == "/events" else { return .now(respond(request)) }
             let count = request.target.split(separator: "count=").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) } ?? 10
             return .now(ServerResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")],

@@ -79,6 +79,10 @@ public actor TokenManager {
         /// Until then, callers without a valid token fail at once.
         public var nextAttempt: ContinuousClock.Instant?
         public var lastError: TokenEndpointError?
+        /// When the last refresh ended (`nil`: none yet); `lastError` says how (`nil`: it succeeded).
+        public var lastRefresh: ContinuousClock.Instant? = nil
+        /// The manager's clock when this was taken: what `expiry` and the other instants count from.
+        public var observedAt: ContinuousClock.Instant? = nil
     }
 
     public nonisolated let name: String
@@ -98,6 +102,7 @@ public actor TokenManager {
     private var failures = 0
     private var nextAttempt: ContinuousClock.Instant?
     private var lastError: TokenEndpointError?
+    private var lastRefresh: ContinuousClock.Instant?
     private var isShutDown = false
 
     // Created once per manager: handles are not free and the labels never change.
@@ -164,7 +169,8 @@ public actor TokenManager {
 
     public var status: Status {
         Status(hasToken: current != nil, expiry: current?.expiry, refreshing: inFlight != nil,
-               consecutiveFailures: failures, nextAttempt: nextAttempt, lastError: lastError)
+               consecutiveFailures: failures, nextAttempt: nextAttempt, lastError: lastError,
+               lastRefresh: lastRefresh, observedAt: clock.now)
     }
 
     // MARK: - Refreshing
@@ -231,6 +237,7 @@ public actor TokenManager {
         inFlight = nil
         if isShutDown { throw unavailable() }
         let now = clock.now
+        lastRefresh = now
         switch result {
         case .success(let response):
             let lifetime = response.expiresIn ?? defaultLifetime

@@ -30,7 +30,10 @@ extension AdminConfig {
         m.read("enabled", into: &c.enabled) { $0.bool() }
         m.read("address", into: &c.address) { $0.nonEmptyString() }
         m.read("port", into: &c.port) { $0.int(in: 0...65535) }
+        m.read("token", into: &c.token) { $0.nonEmptyString() }
+        m.read("public_metrics", into: &c.publicMetrics) { $0.bool() }
         m.finish()
+        AdminAccess.checkExposure(c, section: m)
         return c
     }
 }

@@ -83,11 +83,16 @@ public struct ListenConfig: Sendable, Equatable {
     public init() {}
 }
 
-/// `admin:` — /metrics, /healthz, /readyz. Disabled with `admin: { enabled: false }`.
+/// `admin:` — /metrics, /healthz, /readyz, the dashboard and its JSON. Disabled with `admin: { enabled: false }`.
 public struct AdminConfig: Sendable, Equatable {
     public var enabled: Bool = true
     public var address: String = "127.0.0.1"
     public var port: Int = 9901
+    /// `admin.token`: the bearer every endpoint but the probes then requires (`AdminAccess`);
+    /// required for an address other than loopback.
+    public var token: String?
+    /// `admin.public_metrics`: serve `/metrics` without the token (a scraper without credentials).
+    public var publicMetrics: Bool = false
 
     public init() {}
 }

@@ -24,6 +24,10 @@ public typealias NextHandler = @Sendable (GatewayRequest, RequestContext) async 
 /// background refresh); implementations that only call it inline can declare it non-escaping.
 public protocol Middleware: Sendable {
     func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse
+
+    /// What this step is and, given a request, what it would do with it (`GET /routes`,
+    /// `portico explain`). The default (`StepDescription.swift`) names the type only.
+    func describe(for request: ExplainedRequest?) -> StepDescription
 }
 
 /// The next step of a chain asked to answer at once: a response, or `nil` when it cannot

@@ -14,6 +14,7 @@ public final class GatewayServer: Sendable {
     private let clock: any GatewayClock
     private let listen: ListenConfig
     private let loadedConfig: Mutex<PorticoConfig>
+    private let lastReloadRecord = Mutex<ReloadRecord?>(nil)
     public let metrics: GatewayMetrics
     /// The file the configuration came from; `nil` for an embedded configuration (no reload).
     public let configFile: String?
@@ -94,6 +95,9 @@ public final class GatewayServer: Sendable {
     /// From the first shutdown signal on (`/readyz` answers 503).
     public var isDraining: Bool { server.lifecycle >= .draining }
 
+    /// The last reload of the configuration file and how it ended; `nil` before any.
+    public var lastReload: ReloadRecord? { lastReloadRecord.withLock { $0 } }
+
     /// Why a reload was refused.
     public struct ReloadError: Error, CustomStringConvertible {
         public var messages: [String]
@@ -109,10 +113,12 @@ public final class GatewayServer: Sendable {
             let config = try ConfigLoader.load(file: configFile)
             try reload(config)
             metrics.configReloaded(result: "success")
+            lastReloadRecord.withLock { $0 = ReloadRecord(ok: true) }
             logger.info("configuration reloaded", metadata: ["file": .string(configFile)])
         } catch {
             metrics.configReloaded(result: "failure")
             let messages = (error as? ConfigError)?.diagnostics.map(\.description) ?? [String(describing: error)]
+            lastReloadRecord.withLock { $0 = ReloadRecord(ok: false, errors: messages) }
             logger.error("configuration rejected; the previous one keeps serving",
                          metadata: ["file": .string(configFile), "errors": .array(messages.map { .string($0) })])
             throw ReloadError(messages: messages)

@@ -1,0 +1,19 @@
+extension RetryMiddleware {
+    public func describe(for request: ExplainedRequest?) -> StepDescription {
+        var settings = "\(config.attempts) attempts on [\(config.on.map(\.description).joined(separator: ", "))], "
+            + "backoff \(config.backoffBase.configText)..\(config.backoffCap.configText), budget \(Int(config.budget * 100))%"
+        if let perTry = config.perTryTimeout { settings += ", per try \(perTry.configText)" }
+        var description = StepDescription(settings: settings)
+        if let request {
+            let method = request.request.method.rawValue
+            description.action = if !methods.contains(method) {
+                "sends \(method) once: not in methods [\(config.methods.joined(separator: ", "))]"
+            } else if !request.request.body.isReplayable {
+                "sends it once: a streamed body cannot be replayed"
+            } else {
+                "up to \(config.attempts) attempts while the retry budget allows"
+            }
+        }
+        return description
+    }
+}

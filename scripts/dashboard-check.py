@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The admin dashboard in a real browser, against `portico demo`.
+
+Starts the demo on free ports, opens http://127.0.0.1:ADMIN/ in headless Chromium (Debian's
+/usr/bin/chromium, driven by Playwright from PyPI; no browser is downloaded) and checks that
+  1. the page loads with no console error,
+  2. it lists the demo's routes,
+  3. its numbers change after traffic is sent,
+  4. a stopped identity provider shows as failing on the credentials panel.
+Exits 0 when all hold; otherwise prints what did not and exits 1.
+
+    scripts/dashboard-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast"]
+
+
+def wait_for(what, predicate, timeout=30.0, interval=0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def request(url, method="GET"):
+    """The status of one request (errors included)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method, data=b"" if method == "POST" else None), timeout=10) as response:
+            response.read()
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def start_demo(portico, log_path):
+    log = open(log_path, "w")
+    process = subprocess.Popen([portico, "demo", "--port", "0", "--admin-port", "0"], stdout=log, stderr=subprocess.STDOUT)
+
+    def ports():
+        text = open(log_path).read()
+        proxy = re.search(r"msg=listening .*?port=(\d+)", text)
+        admin = re.search(r'msg="admin listening" .*?port=(\d+)', text)
+        upstream = re.search(r"demo upstream on 127\.0\.0\.1:(\d+)", text)
+        if process.poll() is not None:
+            raise AssertionError(f"portico demo exited with {process.returncode}:\n{text}")
+        return proxy and admin and upstream and (int(proxy[1]), int(admin[1]), int(upstream[1]))
+
+    return process, wait_for("portico demo to listen", ports, timeout=60)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--portico", default=".build/debug/portico")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as directory:
+        demo, (proxy, admin, upstream) = start_demo(args.portico, os.path.join(directory, "demo.log"))
+        try:
+            check(args.chromium, f"http://127.0.0.1:{proxy}", f"http://127.0.0.1:{admin}", f"http://127.0.0.1:{upstream}")
+        finally:
+            demo.send_signal(signal.SIGTERM)
+            try:
+                demo.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+    print("dashboard: ok")
+
+
+def check(chromium, proxy, admin, upstream):
+    problems = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.on("console", lambda message: message.type == "error" and problems.append(f"console error: {message.text}"))
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.goto(admin + "/")
+
+        # 2. The demo's routes are listed.
+        rows = page.locator("#routes tbody tr")
+        wait_for("the routes table", lambda: rows.count() == len(DEMO_ROUTES))
+        names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+        assert names == DEMO_ROUTES, f"routes listed: {names}"
+
+        # 3. Numbers change after traffic: the ping route's total rate, and the cache's hit counter.
+        def ping_rate():
+            return page.locator("#routes tbody tr", has_text="ping").first.locator("td").nth(3).inner_text()
+        before = ping_rate()
+        for _ in range(30):
+            assert request(proxy + "/ping") == 200
+        for _ in range(3):
+            assert request(proxy + "/catalog") == 200
+        wait_for(f"the ping rate to change from {before}", lambda: ping_rate() != before)
+        wait_for("the cache's hits", lambda: page.locator("#caches tbody tr", has_text="cache").count() == 1
+                 and page.locator("#caches tbody tr td").nth(2).inner_text() not in ("0", ""))
+        wait_for("a chart for the ping route", lambda: page.locator("#routes tbody tr", has_text="ping").first.locator("svg polyline").count() > 0)
+
+        # 4. A stopped IdP shows as failing on the credentials panel.
+        assert request(upstream + "/demo/idp/down", method="POST") == 200
+        assert request(proxy + "/secure/report") == 503
+        credential = page.locator("#credentials tbody tr", has_text="demo-idp")
+        wait_for("demo-idp to show as failing", lambda: "failing" in credential.inner_text())
+        assert "token endpoint unreachable" in credential.inner_text(), credential.inner_text()
+
+        # 1. No console error at any point.
+        browser.close()
+    if problems:
+        raise AssertionError("\n".join(problems))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as error:
+        print(f"dashboard: FAILED: {error}", file=sys.stderr)
+        sys.exit(1)
