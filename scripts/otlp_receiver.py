@@ -7,8 +7,8 @@ Decodes `POST /v1/traces` bodies (application/x-protobuf or application/json) wi
   {"trace_id", "span_id", "parent_span_id", "name", "kind", "status", "service",
    "start_ns", "end_ns", "attributes": {...}, "headers": {request headers, lower-case}}
 
-Ids are lower-case hex. `--stall` accepts connections and requests but never answers (a hung
-collector). Usage: otlp_receiver.py PORT OUT [--stall]
+Ids are lower-case hex. Every request's path is also appended to OUT.requests as it arrives.
+`--stall` accepts connections and requests but never answers (a hung collector). Usage: otlp_receiver.py PORT OUT [--stall]
 """
 import base64
 import json
@@ -81,6 +81,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with lock, open(self.server.out + ".requests", "a", encoding="utf-8") as requests:
+            requests.write(self.path + "\n")
         if self.server.stall:
             time.sleep(3600)
             return

@@ -1,10 +1,12 @@
 import Foundation
+import Synchronization
 
 /// `scripts/otlp_receiver.py`: an OpenTelemetry collector stand-in (OTLP/HTTP, decoded by the
 /// `opentelemetry-proto` package from PyPI) that writes every span it receives as a JSON line.
 public final class OTLPReceiver: Sendable {
     public let server: ExternalServer
     private let spansFile: String
+    private let stopped = Atomic<Bool>(false)
 
     /// One span as the receiver decoded it. Ids are lower-case hex.
     public struct Span: Decodable, Sendable, CustomStringConvertible {
@@ -83,6 +85,11 @@ public final class OTLPReceiver: Sendable {
         return try text.split(separator: "\n").map { try JSONDecoder().decode(Span.self, from: Data($0.utf8)) }
     }
 
+    /// Export requests received so far (counted as they arrive, answered or not).
+    public var requestsReceived: Int {
+        ((try? String(contentsOfFile: spansFile + ".requests", encoding: .utf8)) ?? "").split(separator: "\n").count
+    }
+
     /// Polls until `done` holds for the spans received (exports come in batches, on their schedule).
     @discardableResult
     public func waitForSpans(timeout: Duration = .seconds(30), _ what: String,
@@ -99,7 +106,9 @@ public final class OTLPReceiver: Sendable {
         }
     }
 
+    /// Stops the receiver (idempotent).
     public func stop() {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
         server.stop()
     }
 }

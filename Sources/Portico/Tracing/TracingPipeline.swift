@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import Metrics
 import OTel
@@ -67,6 +68,18 @@ public final class TracingPipeline: Sendable {
             } catch {
                 diagnostics.warning("tracing stopped", metadata: ["error": .string(String(describing: error))])
             }
+        }
+    }
+
+    /// swift-otel's OTLP/HTTP exporter shuts its HTTP client down again when it is freed, with
+    /// `syncShutdown()`, which traps on a NIO event loop thread — and in `portico` every task
+    /// runs on one (NIO is the concurrency executor). The last references are let go on a
+    /// thread of their own.
+    deinit {
+        let tracer = tracer
+        let group = group
+        Thread.detachNewThread {
+            withExtendedLifetime((tracer, group)) {}
         }
     }
 
