@@ -23,6 +23,10 @@ struct TracingTests {
             setup = try DemoSetup()
             var config = try setup.config(port: 0, adminPort: 0, tracingEndpoint: tracingEndpoint, environment: [:])
             config.tracing?.scheduleDelay = .milliseconds(50)
+            // The demo's own limits (10 s a request, 5 s an upstream) are for people: the whole
+            // suite in parallel on a small machine needs more.
+            config.listen.requestTimeout = .seconds(60)
+            for name in config.upstreams.keys { config.upstreams[name]?.timeout = .seconds(60) }
             adjust(&config)
             gateway = try TestGateway(config, logger: log.logger)
         }
