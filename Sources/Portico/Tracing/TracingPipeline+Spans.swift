@@ -14,15 +14,16 @@ extension TracingPipeline {
 
     /// Runs `work` inside an internal span named `operation`, a child of the traced request in
     /// force; without one (tracing off, a background task), just runs it. `failure` names what
-    /// went wrong (`error.type`) from the result, `nil` for a success.
-    static func span<Result: Sendable>(_ operation: String, attributes: SpanAttributes,
+    /// went wrong (`error.type`) from the result, `nil` for a success. `attributes` are only
+    /// made for a span: a request that is not traced pays one task-local look-up.
+    static func span<Result: Sendable>(_ operation: String, attributes: @autoclosure () -> SpanAttributes,
                                        failure: (Result) -> String? = { _ in nil },
                                        _ work: @Sendable () async throws -> Result) async rethrows -> Result {
         guard let parent = InstrumentationContext.current, let pipeline = parent[Key.self] else {
             return try await work()
         }
         let span = pipeline.tracer.startSpan(operation, context: parent, ofKind: .internal)
-        span.attributes = attributes
+        span.attributes = attributes()
         do {
             let result = try await InstrumentationContext.$current.withValue(span.context) { try await work() }
             if let failure = failure(result) {
