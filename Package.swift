@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let strict: [SwiftSetting] = [
@@ -28,6 +28,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-structured-headers", from: "1.7.0"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // Tracing (issue #23): OTLP/HTTP only, so the gRPC stack is not built (needs tools 6.1 for traits).
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/swift-otel/swift-otel-semantic-conventions", from: "1.44.0"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context", from: "1.0.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
     targets: [
         .systemLibrary(
@@ -62,6 +67,11 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "OTelSemanticConventions", package: "swift-otel-semantic-conventions"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             // The admin dashboard, compiled in as `PackageResources.dashboard_html` (no Bundle at run time).
             resources: [.embedInCode("Admin/dashboard.html")],

@@ -14,10 +14,13 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "Port for the admin listener (/metrics, /healthz, /readyz).")
     var adminPort: Int = 9901
 
+    @Option(help: "Export traces over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318).")
+    var tracingEndpoint: String?
+
     func run() async throws {
         let demo = try DemoSetup()
         let config = try Bootstrap.loadOrExit("embedded demo configuration: ") { () throws(ConfigError) in
-            try demo.config(port: port, adminPort: adminPort)
+            try demo.config(port: port, adminPort: adminPort, tracingEndpoint: tracingEndpoint)
         }
         Bootstrap.logging(config.logging)
         let registry = Bootstrap.metrics()

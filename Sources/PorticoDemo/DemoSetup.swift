@@ -30,17 +30,32 @@ public final class DemoSetup: Sendable {
         await idp.stop()
     }
 
-    /// The embedded configuration for a gateway on `port` with its admin listener on `adminPort`.
-    public func config(port: Int, adminPort: Int,
+    /// The embedded configuration for a gateway on `port` with its admin listener on `adminPort`;
+    /// with `tracingEndpoint`, spans go to that OTLP/HTTP collector (`portico demo --tracing-endpoint`).
+    public func config(port: Int, adminPort: Int, tracingEndpoint: String? = nil,
                        environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigError) -> PorticoConfig {
         var environment = environment
+        var yaml = Self.yaml
+        if let tracingEndpoint {
+            environment["DEMO_TRACING_ENDPOINT"] = tracingEndpoint
+            yaml += "\n" + Self.tracingYAML
+        }
         environment["DEMO_PORT"] = String(port)
         environment["DEMO_UPSTREAM_PORT"] = String(upstreamPort)
         environment["DEMO_ADMIN_PORT"] = String(adminPort)
         environment["DEMO_TOKEN_URL"] = idp.url.absoluteString
         environment["DEMO_CLIENT_SECRET"] = clientSecret
-        return try ConfigLoader.load(yaml: Self.yaml, source: "<demo>", environment: environment)
+        return try ConfigLoader.load(yaml: yaml, source: "<demo>", environment: environment)
     }
+
+    /// Added to `yaml` when the demo exports traces: batches leave every 200 ms, so a trace
+    /// shows in the collector about as soon as the request is answered.
+    public static let tracingYAML = """
+    tracing:
+      endpoint: ${DEMO_TRACING_ENDPOINT}
+      service_name: portico-demo
+      schedule_delay: 200ms
+    """
 
     /// The embedded configuration. It goes through the same loader as a file, with the ports
     /// and the identity provider interpolated from the environment.
@@ -164,6 +179,9 @@ public final class DemoSetup: Sendable {
                  expected: ok + #"\{.*"secret_report".*\}\n"#),
             Line(note: "the upstream answers 503 twice, the retry hides it: the client sees 200",
                  command: "curl -i \(base)/flaky", expected: ok + #"\{.*"ok":true.*\}\n"#),
+            Line(note: "retried and authenticated: with --tracing-endpoint, its trace shows the token fetch and each attempt",
+                 command: "curl -i -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' \(base)/secure/flaky",
+                 expected: ok + #"\{.*"secret_report".*\}\n"#),
             Line(note: "run it twice: the second is a hit, served once upstream",
                  command: "curl -si \(base)/catalog | grep -iE 'cache-status|x-upstream-served'",
                  expected: #"(?i)(cache-status: portico; [^\r\n]*\r\n|x-upstream-served: \d+\r\n){2}"#),

@@ -6,7 +6,7 @@ import Synchronization
 /// - `GET /orders` lists orders, `GET /orders/{id}` returns one, `POST /orders` creates one.
 /// - `GET /echo…` answers with what it received (method, target, headers), to show what the gateway sends.
 /// - `GET /secure…` demands a bearer token the demo identity provider issued (`authorizes`).
-/// - `GET /flaky` fails with 503 two times out of three.
+/// - `GET /flaky` fails with 503 two times out of three; so does `GET /secure/flaky`, behind the token check.
 /// - `GET /events?count=N` streams N Server-Sent Events, one a second.
 /// - `POST /demo/idp/down` and `POST /demo/idp/up` on the upstream's own port (never through the
 ///   gateway's routes) stop and restart the demo identity provider, to watch a failing credential
@@ -20,6 +20,7 @@ public final class DemoUpstream: Sendable {
                 switchIdP: @escaping @Sendable (Bool) async -> Void = { _ in }) {
         let counter = Atomic<Int>(0)
         let flaky = Atomic<Int>(0)
+        let secureFlaky = Atomic<Int>(0)
         let respond: @Sendable (ServerRequest) -> ServerResponse = { request in
             let served = counter.add(1, ordering: .relaxed).newValue
             let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
@@ -28,7 +29,12 @@ public final class DemoUpstream: Sendable {
                                                              ("Content-Type", "application/json")],
                                       body: Array("{\"error\":\"invalid_token\"}\n".utf8))
             }
-            if path == "/flaky", flaky.add(1, ordering: .relaxed).newValue % 3 != 0 {
+            let flakyCount: Int? = switch path {
+            case "/flaky": flaky.add(1, ordering: .relaxed).newValue
+            case "/secure/flaky": secureFlaky.add(1, ordering: .relaxed).newValue
+            default: nil
+            }
+            if let flakyCount, flakyCount % 3 != 0 {
                 return ServerResponse(status: 503, headers: [("Content-Type", "application/json")],
                                       body: Array("{\"error\":\"try again\"}\n".utf8))
             }

@@ -83,7 +83,7 @@ public final class ExternalServer: Sendable {
         """
     }
 
-    private init(executable: String, arguments: [String], port: Int, directory: URL) async throws {
+    init(executable: String, arguments: [String], port: Int, directory: URL) async throws {
         let logPath = directory.appendingPathComponent("stderr.log").path
         let process = try ChildProcess(executable: executable, arguments: arguments, standardError: .file(logPath))
         self.process = process

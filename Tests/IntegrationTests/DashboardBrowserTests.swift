@@ -12,7 +12,7 @@ struct DashboardBrowserTests {
 
     /// A Python that can import playwright: scripts/test's virtual environment, else the one on PATH.
     static let python: String? = {
-        let candidates = [root.appendingPathComponent(".build/playwright-venv/bin/python3").path, "/usr/bin/env"]
+        let candidates = [root.appendingPathComponent(".build/test-python/bin/python3").path, "/usr/bin/env"]
         for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: candidate)

@@ -195,7 +195,9 @@ public actor TokenManager {
         let deadline = started.advanced(by: timeout)
         let refreshToken = refreshToken
         let task = Task<AccessToken, any Error> {
-            let result = await Self.fetch(source, refreshToken: refreshToken, clock: clock, deadline: deadline)
+            let result = await Self.traced(credential: self.name) {
+                await Self.fetch(source, refreshToken: refreshToken, clock: clock, deadline: deadline)
+            }
             return try self.complete(result, started: started)
         }
         inFlight = task
@@ -291,7 +293,8 @@ public actor TokenManager {
         guard !isShutDown else { return }
         scheduled?.cancel()
         let clock = clock
-        scheduled = Task {
+        // Detached: a refresh scheduled from a request's task is not part of that request's trace.
+        scheduled = Task.detached {
             do {
                 try await clock.sleep(until: instant)
             } catch {

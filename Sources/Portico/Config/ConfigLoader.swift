@@ -97,6 +97,7 @@ public enum ConfigLoader {
             }
         }
         m.read("defaults", into: &config.defaults) { $0.mapping().map { DefaultsConfig.parse($0, names: names) } }
+        m.read("tracing", into: &config.tracing) { $0.mapping().flatMap(TracingConfig.parse) }
 
         if let routes = m.required("routes"), !routes.isNull {
             config.routes = RouteConfig.parseList(routes, names: names)

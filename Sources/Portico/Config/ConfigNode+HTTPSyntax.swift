@@ -21,6 +21,25 @@ extension ConfigNode {
         return value.text
     }
 
+    /// `{ name: value, … }` in order: field names, and values that never appear in a message.
+    /// The framing fields are refused: `framingSetBy` writes them.
+    func headerFields(framingSetBy writer: String) -> [(String, String)]? {
+        guard let headers = mapping() else { return nil }
+        var result: [(String, String)] = []
+        for entry in headers.entries {
+            guard HTTPSyntax.isToken(entry.key) else {
+                entry.keyNode.error("invalid header name \(entry.key.quotedForMessage)")
+                continue
+            }
+            if HTTPSyntax.framingHeaders.contains(entry.key.lowercased()) {
+                entry.keyNode.error("header \(entry.key.quotedForMessage) is set by \(writer) and cannot be configured")
+                continue
+            }
+            if let value = entry.value.headerValue() { result.append((entry.key, value)) }
+        }
+        return result
+    }
+
     /// An http(s) URL; see `HTTPSyntax.urlProblem`.
     func url(allowQuery: Bool) -> URL? {
         guard let value = scalar() else { return nil }

@@ -15,6 +15,8 @@ public struct PorticoConfig: Sendable, Equatable {
     public var middleware: [String: MiddlewareConfig]
     public var defaults: DefaultsConfig
     public var routes: [RouteConfig]
+    /// `tracing:`; `nil` (the default): no spans, nothing exported.
+    public var tracing: TracingConfig?
     /// Accepted settings worth a warning whenever a runtime is built from them (start, reload,
     /// `portico check`), such as `insecure_skip_verify: true`.
     public var warnings: [ConfigDiagnostic] = []

@@ -94,22 +94,7 @@ extension RouteConfig.Direct {
         if !c.body.isEmpty, !HTTPSyntax.responseHasBody(status: c.status) {
             bodyNode?.error("must be empty for status \(c.status)")
         }
-        m.read("headers", into: &c.headers) { node in
-            guard let headers = node.mapping() else { return nil }
-            var result: [(String, String)] = []
-            for entry in headers.entries {
-                guard HTTPSyntax.isToken(entry.key) else {
-                    entry.keyNode.error("invalid header name \(entry.key.quotedForMessage)")
-                    continue
-                }
-                if HTTPSyntax.framingHeaders.contains(entry.key.lowercased()) {
-                    entry.keyNode.error("header \(entry.key.quotedForMessage) is set by Portico and cannot be configured")
-                    continue
-                }
-                if let value = entry.value.headerValue() { result.append((entry.key, value)) }
-            }
-            return result
-        }
+        m.read("headers", into: &c.headers) { $0.headerFields(framingSetBy: "Portico") }
         m.finish()
         return c
     }

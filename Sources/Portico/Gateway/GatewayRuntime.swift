@@ -16,6 +16,9 @@ public final class GatewayRuntime: Sendable {
     /// The first `access_log` in `defaults.middleware`: it logs the requests answered before
     /// any route matched (malformed, no route, method not allowed, the listener's in-flight cap).
     public let unroutedAccessLog: AccessLogMiddleware?
+    /// `tracing:` at work (spans, exporter); `nil` when not configured. Each runtime has its own:
+    /// a reload applies a changed `tracing:`, and the old one flushes when its runtime shuts down.
+    public let tracing: TracingPipeline?
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
@@ -66,6 +69,7 @@ public final class GatewayRuntime: Sendable {
             }
         }
 
+        let tracing = try config.tracing.map { try TracingPipeline(config: $0, logger: logger) }
         var upstreams: [String: any UpstreamClient] = [:]
         var upstreamMetrics: [String: UpstreamMetrics] = [:]
         for (name, var upstream) in config.upstreams {
@@ -83,7 +87,7 @@ public final class GatewayRuntime: Sendable {
             if let direct = route.direct {
                 endpoint = DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
             } else if let name = route.upstream, let client = upstreams[name] {
-                endpoint = UpstreamEndpoint(client: client, metrics: upstreamMetrics[name])
+                endpoint = UpstreamEndpoint(client: client, metrics: upstreamMetrics[name]).traced(by: tracing, upstream: client.config)
             } else {
                 // Checked above, before any upstream client existed: unreachable.
                 preconditionFailure("route \(route.name): no upstream or direct response")
@@ -96,7 +100,7 @@ public final class GatewayRuntime: Sendable {
             var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
                               upstream: route.upstream, timeout: route.timeout,
                               inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
-                              responder: MiddlewareChain(chain, endpoint: stripping),
+                              responder: MiddlewareChain(chain, endpoint: stripping).traced(by: tracing, route: route),
                               accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first)
             built.streamIdleTimeout = route.streamIdleTimeout
             built.maxStreamDuration = route.maxStreamDuration
@@ -105,6 +109,7 @@ public final class GatewayRuntime: Sendable {
         self.router = Router(routes: routes)
         self.unroutedAccessLog = config.defaults.middleware.lazy.compactMap { middleware[$0] as? AccessLogMiddleware }.first
         self.upstreams = upstreams
+        self.tracing = tracing
         self.middleware = middleware
         self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }
     }
@@ -118,5 +123,6 @@ public final class GatewayRuntime: Sendable {
             await client.shutdown()
         }
         await credentials.shutdown()
+        await tracing?.shutdown()
     }
 }

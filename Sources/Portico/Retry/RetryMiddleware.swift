@@ -101,7 +101,9 @@ public struct RetryMiddleware: Middleware {
                 "attempt": "\(attempt + 1)", "reason": "\(reason)", "delay": "\(delay)",
             ])
             if delay > .zero {
-                try await clock.sleep(until: start)
+                try await Self.tracedWait(attempt: attempt, reason: reason.description, delay: delay) {
+                    try await clock.sleep(until: start)
+                }
             }
             attempt += 1
         }
