@@ -14,6 +14,8 @@ public struct PorticoConfig: Sendable, Equatable {
     public var middleware: [String: MiddlewareConfig]
     public var defaults: DefaultsConfig
     public var routes: [RouteConfig]
+    /// `stores.NAME`: shared places for rate-limit buckets (Redis), named by `rate_limit.store`.
+    public var stores: [String: StoreConfig] = [:]
     /// Accepted settings worth a warning whenever a runtime is built from them (start, reload,
     /// `portico check`), such as `insecure_skip_verify: true`.
     public var warnings: [ConfigDiagnostic] = []
