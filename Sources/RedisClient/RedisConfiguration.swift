@@ -39,7 +39,7 @@ public struct RedisConfiguration: Sendable, CustomStringConvertible {
         public var description: String
     }
 
-    /// `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS with the system's
+    /// `redis://[user[:password]@]host[:port][/db]` (`:password@` without a user) or `rediss://…` (TLS with the system's
     /// trust roots unless `tls` is replaced). Percent-escapes in the user and password are decoded.
     public init(url: String) throws(URLError) {
         let scheme: String
@@ -70,8 +70,8 @@ public struct RedisConfiguration: Sendable, CustomStringConvertible {
                 user = try Self.percentDecoded(userinfo[..<colon], "user name")
                 password = try Self.percentDecoded(userinfo[userinfo.index(after: colon)...], "password")
             } else {
-                // `redis://secret@host` is the classic password-only form.
-                password = try Self.percentDecoded(userinfo, "password")
+                // As the URI scheme's registration says: `user@` names a user (a password alone is `:secret@`).
+                user = try Self.percentDecoded(userinfo, "user name")
             }
             if user?.isEmpty == true { user = nil }
         }

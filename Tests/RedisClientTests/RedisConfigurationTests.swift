@@ -15,6 +15,8 @@ struct RedisConfigurationTests {
 
         let passwordOnly = try RedisConfiguration(url: "redis://:secret@h/1")
         #expect(passwordOnly.username == nil && passwordOnly.password == "secret")
+        let userOnly = try RedisConfiguration(url: "redis://limiter@h")
+        #expect(userOnly.username == "limiter" && userOnly.password == nil)
 
         let tls = try RedisConfiguration(url: "rediss://[::1]:7000")
         #expect(tls.host == "::1" && tls.port == 7000 && tls.tls != nil)
@@ -40,7 +42,7 @@ struct RedisConfigurationTests {
         #expect(RedisScript("").sha1 == "da39a3ee5e6b4b0d3255bfef95601890afd80709")
         #expect(RedisScript("abc").sha1 == "a9993e364706816aba3e25717850c26c9cd0d89d")
         #expect(RedisScript("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq").sha1
-                == "84983e441c3bd26ebaae4a1f3a6c6e72e4bd3b8c")
+                == "84983e441c3bd26ebaae4aa1f95129e5e54670f1")
     }
 
     @Test("backoff waits are random, grow with failures, and stop at the cap")
