@@ -53,7 +53,9 @@ struct SharedRateLimitTests {
     func threeReplicas() async throws {
         let redis = try await RedisServer.start()
         defer { redis.stop() }
-        let rate = 100, burst = 20
+        // burst = one second of rate (the default): a replica stalled for a moment on a loaded
+        // machine does not lose tokens to a full bucket, so what is measured is the sharing.
+        let rate = 100, burst = 100
         let config = Self.yaml(redis: redis.url, rate: rate, burst: burst)
         var replicas: [ProxyProcess] = []
         defer { replicas.forEach { $0.stop() } }
@@ -86,7 +88,7 @@ struct SharedRateLimitTests {
         #expect(Double(unsharedAccepted) > 2.5 * Double(rate) * unsharedSeconds,
                 "unshared accepted \(unsharedAccepted) in \(unsharedSeconds) s")
 
-        // Every key expires once its bucket would be full again (here at most 10 s, the probe's):
+        // Every key expires once its bucket would be full again (here within 1 s, and the probe's 2 s):
         // Redis holds only active keys.
         try await Eventually.wait(timeout: .seconds(20), "the buckets to expire") {
             (try? await Self.dbSize(redis)) == 0
