@@ -37,6 +37,10 @@ struct SharedRateLimitTests {
         """
     }
 
+    /// What a loaded 2-core machine may add to a request's time. Generous, yet far below what a
+    /// request held hostage by a stalled Redis would wait (the 30 s request timeout).
+    static let slack = Duration.seconds(5)
+
     static func get(_ port: Int, _ path: String) async throws -> RawHTTPResponse {
         let connection = try RawHTTPConnection(port: port, timeout: .seconds(30))
         try await connection.send("GET \(path) HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
@@ -77,8 +81,10 @@ struct SharedRateLimitTests {
         let start = ContinuousClock.now
         let stored = state[0].array?.compactMap { $0.string.flatMap(Double.init) } ?? []
         let clock = state[1].array?.compactMap { $0.string.flatMap(Double.init) } ?? []
-        try #require(stored.count == 2 && clock.count == 2, "bucket state \(state)")
-        let left = min(Double(burst), stored[0] + (clock[0] * 1e6 + clock[1] - stored[1]) / 1e6 * Double(rate))
+        try #require(clock.count == 2, "TIME \(state)")
+        // No key is a full bucket (it expired when it would have been full again).
+        let left = stored.count != 2 ? Double(burst)
+            : min(Double(burst), stored[0] + (clock[0] * 1e6 + clock[1] - stored[1]) / 1e6 * Double(rate))
         let outcomes = await RequestFlood.run(ports: replicas.map(\.port), path: "/shared", connections: 3, duration: .seconds(4))
         let window = start.duration(to: .now)
         let seconds = Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18
@@ -128,7 +134,7 @@ struct SharedRateLimitTests {
         let stalled = await RequestFlood.run(ports: [gateway.port], path: "/allow", connections: 2, duration: .seconds(1))
         redis.resume()
         #expect(stalled[0].count(200) == stalled[0].total && stalled[0].total > 0, "allow lets everything through: \(stalled[0].statuses)")
-        #expect(stalled[0].slowest < .milliseconds(100) + .seconds(2), "slowest \(stalled[0].slowest)")
+        #expect(stalled[0].slowest < .milliseconds(100) + Self.slack, "slowest \(stalled[0].slowest)")
 
         // Killed: refused at once, then failed without I/O while the pool backs off.
         await redis.kill()
@@ -143,7 +149,7 @@ struct SharedRateLimitTests {
                 "local: \(local.statuses) in \(localSeconds) s")
         #expect(local.count(429) > 0)
         for outcome in [modes, denied, local] {
-            #expect(outcome.slowest < .milliseconds(100) + .seconds(2), "slowest \(outcome.slowest)")
+            #expect(outcome.slowest < .milliseconds(100) + Self.slack, "slowest \(outcome.slowest)")
         }
         #expect(try await gateway.metric("portico_ratelimit_store_errors_total") >= Double(stalled[0].total + denied.total))
         #expect(gateway.isRunning)
