@@ -43,7 +43,7 @@ public final class RedisServer: Sendable {
         var lastError: any Error = Failure(description: "redis-server did not start")
         for _ in 0..<5 {
             let directory = try ExternalServer.temporaryDirectory()
-            let server = RedisServer(port: try ExternalServer.freePort(), password: password, tls: tls, directory: directory)
+            let server = RedisServer(port: try unusedPort(), password: password, tls: tls, directory: directory)
             do {
                 try await server.launch()
                 return server
@@ -53,6 +53,27 @@ public final class RedisServer: Sendable {
             }
         }
         throw lastError
+    }
+
+    /// A free port below the kernel's ephemeral range (32768 and up by default), so no test that
+    /// binds port 0 can be handed it — not while this server runs, nor while a test has killed it
+    /// and is about to start it again on the same port.
+    static func unusedPort() throws -> Int {
+        for _ in 0..<100 {
+            let port = Int.random(in: 20_000..<32_000)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { break }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = UInt16(port).bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+            }
+            close(fd)
+            if bound { return port }
+        }
+        return try ExternalServer.freePort()
     }
 
     private init(port: Int, password: String?, tls: TLSFiles?, directory: URL) {

@@ -47,6 +47,17 @@ struct SharedRateLimitTests {
         return try #require(try await connection.readResponse(), "no answer on \(port)")
     }
 
+    /// The shared bucket's tokens now, on Redis' clock (seconds): a missing key is a full bucket.
+    static func bucket(_ pool: RedisConnectionPool, rate: Int, burst: Int) async throws -> (tokens: Double, time: Double) {
+        let state = try await pool.pipeline([["HMGET", "portico:shared:shared", "tokens", "time"], ["TIME"]])
+        let stored = state[0].array?.compactMap { $0.string.flatMap(Double.init) } ?? []
+        let clock = state[1].array?.compactMap { $0.string.flatMap(Double.init) } ?? []
+        try #require(clock.count == 2, "TIME \(state)")
+        let now = clock[0] + clock[1] / 1e6
+        guard stored.count == 2 else { return (Double(burst), now) }
+        return (min(Double(burst), stored[0] + (now - stored[1] / 1e6) * Double(rate)), now)
+    }
+
     static func dbSize(_ server: RedisServer) async throws -> Int64 {
         let pool = try RedisConnectionPool(configuration: server.configuration())
         defer { Task { await pool.shutdown() } }
@@ -73,25 +84,20 @@ struct SharedRateLimitTests {
         #expect(second.header("ratelimit") == "\"probe\";r=8;t=12")
         #expect(first.header("ratelimit-policy") == "\"probe\";q=10;w=60")
 
-        // Overload for a second to empty the shared bucket, then read what is left in it (on Redis'
-        // clock): the window then measures the rate alone, with no burst in the count.
+        // Overload for a second to empty the shared bucket, then count over a window what the
+        // fleet accepted against what the configured rate allows: the tokens in the bucket at the
+        // start, plus `rate` × the time elapsed on Redis' clock, less the tokens left at the end.
         _ = await RequestFlood.run(ports: replicas.map(\.port), path: "/shared", connections: 3, duration: .seconds(1))
         let pool = try RedisConnectionPool(configuration: redis.configuration())
-        let state = try await pool.pipeline([["HMGET", "portico:shared:shared", "tokens", "time"], ["TIME"]])
-        let start = ContinuousClock.now
-        let stored = state[0].array?.compactMap { $0.string.flatMap(Double.init) } ?? []
-        let clock = state[1].array?.compactMap { $0.string.flatMap(Double.init) } ?? []
-        try #require(clock.count == 2, "TIME \(state)")
-        // No key is a full bucket (it expired when it would have been full again).
-        let left = stored.count != 2 ? Double(burst)
-            : min(Double(burst), stored[0] + (clock[0] * 1e6 + clock[1] - stored[1]) / 1e6 * Double(rate))
+        let before = try await Self.bucket(pool, rate: rate, burst: burst)
         let outcomes = await RequestFlood.run(ports: replicas.map(\.port), path: "/shared", connections: 3, duration: .seconds(4))
-        let window = start.duration(to: .now)
-        let seconds = Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18
+        let after = try await Self.bucket(pool, rate: rate, burst: burst)
+        let seconds = after.time - before.time
         let accepted = outcomes.map { $0.count(200) }.reduce(0, +)
         let offered = outcomes.map(\.total).reduce(0, +)
-        let expected = left + Double(rate) * seconds
-        let comment = Comment(rawValue: "accepted \(accepted) of \(offered) in \(seconds) s, expected \(expected) (\(left) left at the start); per replica \(outcomes.map { $0.count(200) })")
+        let expected = before.tokens + Double(rate) * seconds - after.tokens
+        let comment = Comment(rawValue: "accepted \(accepted) of \(offered) in \(seconds) s, expected \(expected) "
+            + "(\(before.tokens) tokens at the start, \(after.tokens) at the end); per replica \(outcomes.map { $0.count(200) })")
         #expect(Double(offered) > 2 * Double(rate) * seconds, "not an overload: \(comment)")
         #expect(abs(Double(accepted) - expected) <= 0.05 * expected, comment)
         #expect(outcomes.allSatisfy { $0.count(200) > 0 }, comment)
@@ -122,11 +128,12 @@ struct SharedRateLimitTests {
         let rate = 1, burst = 2
         let gateway = try await ProxyProcess.portico(yaml: Self.yaml(redis: redis.url, timeout: "100ms", rate: rate, burst: burst))
         defer { gateway.stop() }
-        // Up: every route keeps its bucket in Redis.
-        for path in ["/shared", "/allow", "/deny"] {
-            #expect(try await Self.get(gateway.port, path).status == 200)
+        // Up: every route keeps its bucket in Redis (a request that waited longer than the timeout
+        // for the first connection was answered locally, so ask until all three keys are there).
+        try await Eventually.wait(timeout: .seconds(30), "a bucket in Redis for each route") {
+            for path in ["/shared", "/allow", "/deny"] { _ = try? await Self.get(gateway.port, path) }
+            return (try? await Self.dbSize(redis)) == 3
         }
-        #expect(try await Self.dbSize(redis) == 3)
         #expect(try await gateway.metric("portico_ratelimit_store_duration_seconds_count") >= 3)
 
         // Stalled: connections stay open but nothing answers, so each request waits for the timeout.

@@ -82,7 +82,9 @@ struct RedisConnectionPoolTests {
         defer { server.stop() }
         var configuration = try server.configuration()
         configuration.commandTimeout = .seconds(2)
-        configuration.backoffCap = .milliseconds(200)
+        // Long enough that the loop below sees the wait even on a loaded machine.
+        configuration.backoffBase = .seconds(2)
+        configuration.backoffCap = .seconds(4)
         let pool = try RedisConnectionPool(configuration: configuration)
         _ = try await pool.send(["SET", "a", "1"])
         await server.kill()
