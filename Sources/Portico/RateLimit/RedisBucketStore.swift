@@ -110,6 +110,9 @@ public final class RedisBucketStore: Sendable {
         }
     }
 
+    /// Connections to the server open right now (tests, diagnostics).
+    public var openConnections: Int { pool.openConnections }
+
     func shutdown() async {
         await pool.shutdown()
     }
