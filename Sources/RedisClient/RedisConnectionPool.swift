@@ -71,10 +71,12 @@ public final class RedisConnectionPool: Sendable {
     /// sent it (a server error is an `.error` value, not thrown). Transport failures throw.
     public func pipeline(_ commands: [[RedisArgument]], timeout: TimeAmount? = nil) async throws(RedisError) -> [RESPValue] {
         let deadline = deadline(timeout)
-        let eventLoop = group.any()
+        let ready = connection(deadline: deadline)
+        // On the connection's own event loop: no hop between loops per command.
+        let eventLoop = ready.eventLoop
         let promise = eventLoop.makePromise(of: [RESPValue].self)
         let timer = scheduleTimeout(promise, deadline: deadline, on: eventLoop)
-        connection(deadline: deadline).flatMap { connection in
+        ready.flatMap { connection in
             EventLoopFuture.whenAllSucceed(connection.send(pipeline: commands.map(RedisConnection.encode)), on: eventLoop)
         }.cascade(to: promise)
         promise.futureResult.whenComplete { _ in timer.cancel() }
@@ -146,10 +148,12 @@ public final class RedisConnectionPool: Sendable {
     }
 
     private func sendFuture(_ bytes: ByteBuffer, deadline: NIODeadline) -> EventLoopFuture<RESPValue> {
-        let eventLoop = group.any()
+        let ready = connection(deadline: deadline)
+        // On the connection's own event loop: no hop between loops per command.
+        let eventLoop = ready.eventLoop
         let promise = eventLoop.makePromise(of: RESPValue.self)
         let timer = scheduleTimeout(promise, deadline: deadline, on: eventLoop)
-        connection(deadline: deadline).flatMap { $0.send(bytes) }.cascade(to: promise)
+        ready.flatMap { $0.send(bytes) }.cascade(to: promise)
         promise.futureResult.whenComplete { _ in timer.cancel() }
         return promise.futureResult
     }
