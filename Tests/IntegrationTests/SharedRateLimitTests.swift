@@ -9,7 +9,7 @@ import Testing
 /// themselves on a free loopback port.
 @Suite("Shared rate limits on Redis", .serialized, .enabled(if: RedisServer.available, "redis-server is not installed"))
 struct SharedRateLimitTests {
-    static func yaml(redis: String, password: String? = nil, timeout: String = "2s", rate: Int, burst: Int,
+    static func yaml(redis: String, password: String? = nil, timeout: String = "2s", rate: String, burst: Int,
                      extra: String = "") -> String {
         """
         listen: { address: 127.0.0.1, port: 0, threads: 2 }
@@ -20,13 +20,14 @@ struct SharedRateLimitTests {
             type: redis
             url: "\(redis)"
             timeout: \(timeout)
+            connect_timeout: 20s
         \(password.map { "    password: \"\($0)\"" } ?? "")
         \(extra)
         middleware:
-          shared: { type: rate_limit, key: route, rate: \(rate)/s, burst: \(burst), store: fleet }
-          unshared: { type: rate_limit, key: route, rate: \(rate)/s, burst: \(burst) }
-          allow: { type: rate_limit, key: route, rate: \(rate)/s, burst: \(burst), store: fleet, on_store_error: allow }
-          deny: { type: rate_limit, key: route, rate: \(rate)/s, burst: \(burst), store: fleet, on_store_error: deny }
+          shared: { type: rate_limit, key: route, rate: \(rate), burst: \(burst), store: fleet }
+          unshared: { type: rate_limit, key: route, rate: \(rate), burst: \(burst) }
+          allow: { type: rate_limit, key: route, rate: \(rate), burst: \(burst), store: fleet, on_store_error: allow }
+          deny: { type: rate_limit, key: route, rate: \(rate), burst: \(burst), store: fleet, on_store_error: deny }
           probe: { type: rate_limit, key: route, rate: 10/m, burst: 10, store: fleet }
         routes:
           - { name: shared, match: { path: /shared }, direct: { body: "ok\\n" }, middleware: [shared] }
@@ -78,7 +79,7 @@ struct SharedRateLimitTests {
         // A burst of three seconds: a replica stalled for a moment on a loaded machine loses no
         // tokens to a full bucket, so what is measured is the sharing.
         let rate = 100, burst = 300
-        let config = Self.yaml(redis: redis.url, rate: rate, burst: burst)
+        let config = Self.yaml(redis: redis.url, rate: "\(rate)/s", burst: burst)
         var replicas: [ProxyProcess] = []
         defer { replicas.forEach { $0.stop() } }
         for index in 0..<3 { replicas.append(try await ProxyProcess.portico(yaml: config, name: "replica\(index)")) }
@@ -95,6 +96,10 @@ struct SharedRateLimitTests {
         // fleet accepted against what the configured rate allows: the tokens in the bucket at the
         // start, plus `rate` × the time elapsed on Redis' clock, less the tokens left at the end.
         let pool = try RedisConnectionPool(configuration: redis.configuration())
+        // Every key has a TTL of its refill time: the probe's, 12 s for two tokens at 10/m.
+        let probeTTL = try await pool.send(["PTTL", "portico:probe:probe"]).int ?? -1
+        #expect(probeTTL > 0 && probeTTL <= 12_000, "PTTL \(probeTTL)")
+        _ = try await pool.send(["DEL", "portico:probe:probe"])
         var before = try await Self.bucket(pool, rate: rate, burst: burst)
         for _ in 0..<10 where before.tokens > Double(burst) / 2 {
             _ = await RequestFlood.run(ports: replicas.map(\.port), path: "/shared", connections: 3, duration: .seconds(1))
@@ -121,11 +126,7 @@ struct SharedRateLimitTests {
         let oneBucket = Double(rate) * unsharedSeconds + Double(burst)
         #expect(Double(unsharedAccepted) > 1.5 * oneBucket, "unshared accepted \(unsharedAccepted) in \(unsharedSeconds) s")
 
-        // Every key has a TTL of its refill time (the probe's: 12 s for two tokens at 10/m) and
-        // expires once its bucket would be full again: Redis holds only active keys.
-        let probeTTL = try await pool.send(["PTTL", "portico:probe:probe"]).int ?? -1
-        #expect(probeTTL > 0 && probeTTL <= 12_000, "PTTL \(probeTTL)")
-        _ = try await pool.send(["DEL", "portico:probe:probe"])
+        // Every key expires once its bucket would be full again: Redis holds only active keys.
         await pool.shutdown()
         try await Eventually.wait(timeout: .seconds(20), "the buckets to expire") {
             (try? await Self.dbSize(redis)) == 0
@@ -136,8 +137,9 @@ struct SharedRateLimitTests {
     func outage() async throws {
         let redis = try await RedisServer.start()
         defer { redis.stop() }
-        let rate = 1, burst = 2
-        let gateway = try await ProxyProcess.portico(yaml: Self.yaml(redis: redis.url, timeout: "100ms", rate: rate, burst: burst))
+        // 1/m: a bucket's key lives a minute after one request, and the local fallback's count is its burst.
+        let burst = 2
+        let gateway = try await ProxyProcess.portico(yaml: Self.yaml(redis: redis.url, timeout: "100ms", rate: "1/m", burst: burst))
         defer { gateway.stop() }
         // Up: every route keeps its bucket in Redis (a request that waited longer than the timeout
         // for the first connection was answered locally, so ask until all three keys are there).
@@ -163,7 +165,7 @@ struct SharedRateLimitTests {
         let local = await RequestFlood.run(ports: [gateway.port], path: "/shared", connections: 2, duration: .seconds(1))[0]
         let localSeconds = Double(local.elapsed.components.seconds) + Double(local.elapsed.components.attoseconds) / 1e18
         // local: this process's own bucket at the same rate — neither open nor shut.
-        #expect(local.count(200) >= 1 && Double(local.count(200)) <= Double(rate) * localSeconds + Double(burst) + 2,
+        #expect(local.count(200) >= 1 && Double(local.count(200)) <= localSeconds / 60 + Double(burst) + 1,
                 "local: \(local.statuses) in \(localSeconds) s")
         #expect(local.count(429) > 0)
         for outcome in [modes, denied, local] {
@@ -206,7 +208,7 @@ struct SharedRateLimitTests {
         ]
         for (url, password, kind) in cases {
             let capture = LogCapture(message: "rate limit store cannot connect")
-            let config = try ConfigLoader.load(yaml: Self.yaml(redis: url, password: password, rate: 10, burst: 10), environment: [:])
+            let config = try ConfigLoader.load(yaml: Self.yaml(redis: url, password: password, rate: "10/s", burst: 10), environment: [:])
             let gateway = try TestGateway(config, logger: capture.logger)
             try await Eventually.wait(timeout: .seconds(20), "the \(kind) error in the log") { !capture.records.isEmpty }
             let record = try #require(capture.records.first)
@@ -228,7 +230,7 @@ struct SharedRateLimitTests {
                                                           caFile: certificates.ca.certificateFile))
         defer { redis.stop() }
         let extra = "    tls: { ca_file: \"\(certificates.ca.certificateFile)\" }"
-        let config = try ConfigLoader.load(yaml: Self.yaml(redis: redis.url, rate: 10, burst: 10, extra: extra), environment: [:])
+        let config = try ConfigLoader.load(yaml: Self.yaml(redis: redis.url, rate: "10/s", burst: 10, extra: extra), environment: [:])
         let one = try TestGateway(config), two = try TestGateway(config)
         #expect(try await one.request("GET", "/probe").header("ratelimit") == "\"probe\";r=9;t=6")
         Self.expectSecondProbe(try await two.request("GET", "/probe").header("ratelimit"))
@@ -240,7 +242,7 @@ struct SharedRateLimitTests {
     func reload() async throws {
         let redis = try await RedisServer.start()
         defer { redis.stop() }
-        var config = try ConfigLoader.load(yaml: Self.yaml(redis: redis.url, rate: 10, burst: 10), environment: [:])
+        var config = try ConfigLoader.load(yaml: Self.yaml(redis: redis.url, rate: "10/s", burst: 10), environment: [:])
         // A replaced runtime is shut down this long (+ 1 s) after a reload, once its requests are done.
         config.listen.requestTimeout = .seconds(2)
         let gateway = try TestGateway(config)
