@@ -81,7 +81,7 @@ struct RedisConnectionPoolTests {
         let server = try await RedisServer.start()
         defer { server.stop() }
         var configuration = try server.configuration()
-        configuration.commandTimeout = .seconds(30)
+        configuration.commandTimeout = .seconds(60)
         // Long enough that the loop below sees the wait even on a loaded machine.
         configuration.backoffBase = .seconds(2)
         configuration.backoffCap = .seconds(4)
@@ -89,13 +89,16 @@ struct RedisConnectionPoolTests {
         _ = try await pool.send(["SET", "a", "1"])
         await server.kill()
         var kinds: Set<RedisError.Code> = []
-        let start = ContinuousClock.now
+        var slowest = Duration.zero
         for _ in 0..<20 {
+            let start = ContinuousClock.now
             if let failure = await Result(catching: { () async throws(RedisError) in try await pool.send(["PING"]) }).failure {
                 kinds.insert(failure.code)
             }
+            slowest = max(slowest, start.duration(to: .now))
         }
-        #expect(start.duration(to: .now) < .seconds(10), "none waited for the 30 s timeout")
+        // Far below the 60 s timeout, whatever a loaded machine adds.
+        #expect(slowest < .seconds(30), "none waited for the timeout: slowest \(slowest)")
         #expect(kinds.isSubset(of: [.connection, .unavailable]))
         #expect(kinds.contains(.unavailable), "between attempts, commands fail without I/O")
         try await server.launch()
