@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "portico-fuzz", targets: ["PorticoFuzz"]),
         .library(name: "Portico", targets: ["Portico"]),
         .library(name: "MicroHTTPD", targets: ["MicroHTTPD"]),
+        .library(name: "RedisClient", targets: ["RedisClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
@@ -50,11 +51,23 @@ let package = Package(
             dependencies: ["CMicroHTTPD"],
             swiftSettings: strict
         ),
+        // A small Redis client on SwiftNIO (RESP3/RESP2, pool, TLS): what shared rate limits need.
+        .target(
+            name: "RedisClient",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strict
+        ),
         .target(
             name: "Portico",
             dependencies: [
                 "MicroHTTPD",
                 "CZlib",
+                "RedisClient",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -92,7 +105,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "PorticoFuzz",
-            dependencies: ["Portico", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["Portico", "RedisClient", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict
         ),
         // `portico demo`'s upstream and IdP: shipped in the binary, so kept apart from the test fixtures.
@@ -105,11 +118,23 @@ let package = Package(
             name: "PorticoTesting",
             dependencies: [
                 "Portico",
+                "RedisClient",
                 "PorticoDemo",
                 "MicroHTTPD",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RedisClientTests",
+            dependencies: [
+                "RedisClient",
+                "PorticoTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict
@@ -134,6 +159,7 @@ let package = Package(
             dependencies: [
                 "Portico",
                 "PorticoTesting",
+                "RedisClient",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),

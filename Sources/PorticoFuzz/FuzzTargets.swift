@@ -1,6 +1,8 @@
 import Foundation
 import HTTPTypes
+import NIOCore
 import Portico
+import RedisClient
 
 /// One libFuzzer target per parser Portico owns. Each checks the promises its parser makes
 /// (no crash, no negative duration, q-values in range, tokens usable as header values) and
@@ -14,6 +16,7 @@ enum FuzzTarget: String, CaseIterable, Sendable {
     case httpList = "http-list"
     case tokenResponse = "token-response"
     case config
+    case resp
 
     func run(_ bytes: [UInt8]) {
         let text = String(decoding: bytes, as: UTF8.self)
@@ -61,6 +64,8 @@ enum FuzzTarget: String, CaseIterable, Sendable {
             }
         case .config:
             _ = try? ConfigLoader.load(yaml: text, source: "fuzz.yaml", environment: ["X": "v"])
+        case .resp:
+            checkRESP(bytes, text)
         }
     }
 
@@ -100,6 +105,28 @@ enum FuzzTarget: String, CaseIterable, Sendable {
             response[.eTag] = text
             _ = ConditionalRequest.isNotModified(request: request, response: response)
         }
+    }
+
+    /// The RESP parser's promises: a value read whole is read the same when its bytes arrive in
+    /// two pieces, and writing what was read and reading it again gives the same bytes.
+    private func checkRESP(_ bytes: [UInt8], _ text: String) {
+        let parser = RESPParser(maxBulkBytes: 1 << 16, maxElements: 1 << 12)
+        guard let (values, _) = try? parser.parseAll(bytes) else { return }
+        let encoded = values.flatMap(RESPEncoder.bytes)
+        let again = try? parser.parseAll(encoded)
+        check(again?.incomplete == false && again.map { $0.values.flatMap(RESPEncoder.bytes) } == encoded,
+              "re-encoded values read back differently", text)
+        guard bytes.count > 1 else { return }
+        var buffer = ByteBuffer(bytes: bytes[..<(bytes.count / 2)])
+        var split: [RESPValue] = []
+        do {
+            while buffer.readableBytes > 0, let value = try parser.parse(&buffer) { split.append(value) }
+            buffer.writeBytes(bytes[(bytes.count / 2)...])
+            while buffer.readableBytes > 0, let value = try parser.parse(&buffer) { split.append(value) }
+        } catch {
+            check(false, "a split input failed where the whole one parsed", text)
+        }
+        check(split.flatMap(RESPEncoder.bytes) == encoded, "a split input parsed differently", text)
     }
 
     private func isOWS(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }

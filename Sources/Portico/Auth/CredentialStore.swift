@@ -15,7 +15,7 @@ public final class CredentialStore: Sendable {
     final class Handle: Sendable {
         let config: CredentialConfig
         let provider: any CredentialProvider
-        private let owners = Mutex(1)
+        private let owners = OwnerCount()
 
         init(config: CredentialConfig, provider: any CredentialProvider) {
             self.config = config
@@ -23,22 +23,10 @@ public final class CredentialStore: Sendable {
         }
 
         /// Takes a share, unless the provider has been shut down already.
-        func retain() -> Bool {
-            owners.withLock { count in
-                guard count > 0 else { return false }
-                count += 1
-                return true
-            }
-        }
+        func retain() -> Bool { owners.retain() }
 
         /// Gives a share back; `true` for the last one (the caller shuts the provider down).
-        func release() -> Bool {
-            owners.withLock { count in
-                guard count > 0 else { return false }
-                count -= 1
-                return count == 0
-            }
-        }
+        func release() -> Bool { owners.release() }
     }
 
     private let handles: [String: Handle]

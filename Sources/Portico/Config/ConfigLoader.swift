@@ -68,9 +68,11 @@ public enum ConfigLoader {
         let upstreams = m.value("upstreams")?.mapping()
         let credentials = m.value("credentials")?.mapping()
         let middleware = m.value("middleware")?.mapping()
+        let stores = m.value("stores")?.mapping()
         // Names first, so references resolve whatever the section order.
-        let names = ConfigNames(upstreams: upstreams?.keys ?? [], credentials: credentials?.keys ?? [],
+        var names = ConfigNames(upstreams: upstreams?.keys ?? [], credentials: credentials?.keys ?? [],
                                 middleware: middleware?.keys ?? [])
+        names.stores = stores?.keys ?? []
 
         var listenMapping: ConfigMapping?
         m.read("listen", into: &config.listen) { node in
@@ -89,6 +91,11 @@ public enum ConfigLoader {
         for entry in credentials?.entries ?? [] {
             if let section = entry.value.mapping(), let credential = CredentialConfig.parse(section) {
                 config.credentials[entry.key] = credential
+            }
+        }
+        for entry in stores?.entries ?? [] {
+            if let section = entry.value.mapping(), let store = StoreConfig.parse(section) {
+                config.stores[entry.key] = store
             }
         }
         for entry in middleware?.entries ?? [] {

@@ -5,4 +5,5 @@ struct ConfigNames {
     var upstreams: [String] = []
     var credentials: [String] = []
     var middleware: [String] = []
+    var stores: [String] = []
 }

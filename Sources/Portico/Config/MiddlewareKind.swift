@@ -41,4 +41,6 @@ struct MiddlewareBuildContext {
     var clock: any GatewayClock
     /// The runtime's credentials (unchanged ones already carry their tokens over).
     var credentials: CredentialStore
+    /// The runtime's shared rate-limit stores (unchanged ones keep their connections).
+    var stores = RateLimitStores()
 }

@@ -17,6 +17,8 @@ public struct PorticoConfig: Sendable, Equatable {
     public var routes: [RouteConfig]
     /// `tracing:`; `nil` (the default): no spans, nothing exported.
     public var tracing: TracingConfig?
+    /// `stores.NAME`: shared places for rate-limit buckets (Redis), named by `rate_limit.store`.
+    public var stores: [String: StoreConfig] = [:]
     /// Accepted settings worth a warning whenever a runtime is built from them (start, reload,
     /// `portico check`), such as `insecure_skip_verify: true`.
     public var warnings: [ConfigDiagnostic] = []

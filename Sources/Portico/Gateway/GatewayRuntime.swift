@@ -8,6 +8,8 @@ public final class GatewayRuntime: Sendable {
     public let upstreams: [String: any UpstreamClient]
     /// One provider per credential; a reload hands unchanged ones (and their tokens) over.
     public let credentials: CredentialStore
+    /// One client per `stores.NAME`; a reload hands unchanged ones (and their connections) over.
+    public let stores: RateLimitStores
     /// Every `middleware.NAME` instance, by name; a reload hands each to its successor when
     /// the settings did not change, so state (stored responses, buckets, budgets) carries over.
     public let middleware: [String: any Middleware]
@@ -30,24 +32,30 @@ public final class GatewayRuntime: Sendable {
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
                             previous: GatewayRuntime? = nil) throws {
         let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
+        var stores: RateLimitStores?
         do {
-            try self.init(config: config, logger: logger, clock: clock, credentials: credentials, previous: previous)
+            stores = try RateLimitStores(stores: config.stores, previous: previous?.stores, logger: logger)
+            try self.init(config: config, logger: logger, clock: clock, credentials: credentials, stores: stores!,
+                          previous: previous)
         } catch {
             credentials.discard()
+            stores?.discard()
             throw error
         }
     }
 
     private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore,
-                 previous: GatewayRuntime?) throws {
+                 stores: RateLimitStores, previous: GatewayRuntime?) throws {
         for warning in config.warnings {
             logger.warning("configuration: \(warning.description)")
         }
         self.config = config
         self.credentials = credentials
+        self.stores = stores
         // Everything that can fail comes first: upstream clients own connection pools that must
         // be shut down, so they are only made once nothing else can throw.
-        let context = MiddlewareBuildContext(logger: logger, clock: clock, credentials: credentials)
+        var context = MiddlewareBuildContext(logger: logger, clock: clock, credentials: credentials)
+        context.stores = stores
         var middleware: [String: any Middleware] = [:]
         for (name, settings) in config.middleware {
             let unchanged = previous.flatMap { $0.config.middleware[name] == settings ? $0.middleware[name] : nil }
@@ -124,5 +132,6 @@ public final class GatewayRuntime: Sendable {
         }
         await credentials.shutdown()
         await tracing?.shutdown()
+        await stores.shutdown()
     }
 }

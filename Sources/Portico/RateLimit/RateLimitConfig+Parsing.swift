@@ -1,6 +1,6 @@
 extension RateLimitConfig {
     /// `type: rate_limit`; `rate` is required.
-    static func parse(_ m: ConfigMapping) -> RateLimitConfig? {
+    static func parse(_ m: ConfigMapping, names: ConfigNames) -> RateLimitConfig? {
         let rate = m.required("rate")?.rate()
         var c = RateLimitConfig(rate: rate ?? Rate(count: 1, per: .seconds(1)))
         m.read("key", into: &c.key) { $0.rateLimitKey() }
@@ -8,6 +8,11 @@ extension RateLimitConfig {
         m.read("missing_key", into: &c.missingKey) { $0.choice(MissingKey.self) }
         m.read("headers", into: &c.headers) { $0.bool() }
         m.read("max_keys", into: &c.maxKeys) { $0.int(in: 1...100_000_000) }
+        m.read("store", into: &c.store) { $0.reference(to: "store", among: names.stores) }
+        if let policyNode = m.value("on_store_error"), let policy = policyNode.choice(StoreErrorPolicy.self) {
+            c.onStoreError = policy
+            if m.value("store") == nil { policyNode.error("applies only with store: NAME (a shared store)") }
+        }
         if m.value("burst") == nil, let rate { c.burst = RateLimitConfig.defaultBurst(for: rate) }
         return rate == nil ? nil : c
     }

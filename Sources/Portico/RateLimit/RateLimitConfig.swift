@@ -27,6 +27,16 @@ public struct RateLimitConfig: Sendable, Equatable {
         case reject
     }
 
+    /// What a request gets when the shared store fails or is slower than its `timeout`.
+    public enum StoreErrorPolicy: String, Sendable, Equatable, CaseIterable {
+        /// A bucket in this process at the same rate: an outage neither opens nor shuts the gate.
+        case local
+        /// Let every request through.
+        case allow
+        /// Refuse every request with 429.
+        case deny
+    }
+
     public var key: [KeyPart] = [.clientIP]
     public var rate: Rate
     /// Bucket capacity: requests a rested client may send at once.
@@ -36,6 +46,9 @@ public struct RateLimitConfig: Sendable, Equatable {
     public var headers: Bool = true
     /// Buckets kept in memory at most; beyond it, refilled and then least recently used ones go.
     public var maxKeys: Int = 100_000
+    /// `stores.NAME` holding the buckets, shared by every replica; `nil`: in this process.
+    public var store: String?
+    public var onStoreError: StoreErrorPolicy = .local
 
     /// `burst` defaults to one second's worth of `rate`, rounded up (at least 1).
     public init(rate: Rate, burst: Int? = nil) {

@@ -5,12 +5,24 @@ struct RateLimitKind: MiddlewareKind {
     let typeName = "rate_limit"
 
     func parse(_ section: ConfigMapping, names: ConfigNames) -> RateLimitConfig? {
-        RateLimitConfig.parse(section)
+        RateLimitConfig.parse(section, names: names)
     }
 
     func make(name: String, settings: RateLimitConfig, previous: RateLimitMiddleware?,
-              context: MiddlewareBuildContext) -> RateLimitMiddleware {
-        RateLimitMiddleware(name: name, settings, store: previous?.store)
+              context: MiddlewareBuildContext) throws -> RateLimitMiddleware {
+        guard let storeName = settings.store else {
+            return RateLimitMiddleware(name: name, settings, store: previous?.store)
+        }
+        guard let backend = context.stores.backend(named: storeName) else {
+            throw GatewayRuntime.BuildError(description: "middleware \(name): unknown store \"\(storeName)\"")
+        }
+        let old = previous?.store as? SharedRateLimitStore
+        // The same client (an unchanged store): keep everything; another one: keep the local buckets.
+        if let old, old.backend === backend { return RateLimitMiddleware(name: name, settings, store: old) }
+        let policy = TokenBucketPolicy(settings)
+        let store = SharedRateLimitStore(backend: backend, namespace: name, policy: policy, onStoreError: settings.onStoreError,
+                                         local: old?.local ?? InMemoryRateLimitStore(policy: policy, maxKeys: settings.maxKeys))
+        return RateLimitMiddleware(name: name, settings, store: store)
     }
 }
 

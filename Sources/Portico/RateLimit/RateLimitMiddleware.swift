@@ -76,7 +76,8 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
 
     /// The request's bucket; throws when the key is missing and `missing_key: reject`.
     private func bucketKey(for request: GatewayRequest, context: RequestContext) throws -> String {
-        if let extracted = Self.key(for: request, parts: config.key, route: context.route) { return extracted }
+        if let extracted = Self.key(for: request, parts: config.key, route: context.route,
+                                    stableHash: store.sharesBucketsAcrossProcesses) { return extracted }
         guard config.missingKey != .reject else {
             throw GatewayError.rateLimitKeyMissing(config.key.map(\.description).joined(separator: " + "))
         }
@@ -99,8 +100,11 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
     }
 
     /// The bucket key, or `nil` when a part is missing (no address, header absent or empty).
-    /// Parts are joined with NUL, which none of them can contain.
-    public static func key(for request: GatewayRequest, parts: [RateLimitConfig.KeyPart], route: String?) -> String? {
+    /// Parts are joined with NUL, which none of them can contain. `stableHash`: long keys are
+    /// shortened with a hash that is the same in every process (for a shared store) instead of
+    /// the per-process seeded one.
+    public static func key(for request: GatewayRequest, parts: [RateLimitConfig.KeyPart], route: String?,
+                           stableHash: Bool = false) -> String? {
         var key = ""
         for (index, part) in parts.enumerated() {
             if index > 0 { key += "\u{0}" }
@@ -122,8 +126,15 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         if key.utf8.count > maxKeyBytes {
             // Hasher is seeded per process, so clients cannot aim for collisions.
             let prefix = String(decoding: key.utf8.prefix(64), as: UTF8.self)
-            key = prefix + "\u{0}#" + String(UInt(bitPattern: key.hashValue), radix: 16) + ":" + String(key.utf8.count)
+            let hash = stableHash ? fnv1a(key) : UInt64(UInt(bitPattern: key.hashValue))
+            key = prefix + "\u{0}#" + String(hash, radix: 16) + ":" + String(key.utf8.count)
         }
         return key
+    }
+
+    /// 64-bit FNV-1a: the same in every process, so replicas sharing a store agree on keys.
+    static func fnv1a(_ text: String) -> UInt64 {
+        let offsetBasis: UInt64 = 0xCBF2_9CE4_8422_2325, prime: UInt64 = 0x0000_0100_0000_01B3
+        return text.utf8.reduce(offsetBasis) { ($0 ^ UInt64($1)) &* prime }
     }
 }

@@ -53,10 +53,14 @@ public protocol RateLimitStore: Sendable {
     /// decide without I/O. Lets a request answered at once (a cache hit) be charged on the
     /// server's thread.
     func acquireImmediately(_ key: String, at now: ContinuousClock.Instant) -> RateLimitDecision?
+    /// Whether other processes see the same buckets: then keys must not depend on this
+    /// process (long keys are shortened with a hash every replica computes alike).
+    var sharesBucketsAcrossProcesses: Bool { get }
 }
 
 extension RateLimitStore {
     public func acquireImmediately(_ key: String, at now: ContinuousClock.Instant) -> RateLimitDecision? { nil }
+    public var sharesBucketsAcrossProcesses: Bool { false }
 }
 
 /// Token buckets in memory, sharded so concurrent requests for different keys rarely contend

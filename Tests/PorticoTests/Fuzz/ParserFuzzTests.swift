@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 @testable import Portico
+import PorticoTesting
 import Testing
 
 /// Seeded mutation fuzzing of every parser Portico owns: each input is a valid example with
@@ -12,17 +13,7 @@ import Testing
 /// every seed (a crash found that way becomes an example or a test case here).
 @Suite("Parser fuzzing (seeded)")
 struct ParserFuzzTests {
-    /// SplitMix64: small, fast, reproducible.
-    struct Seeded: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    typealias Seeded = SplitMix64
 
     static let alphabet: [String] = [
         ",", ";", "=", "\"", "\\", " ", "\t", "\r", "\n", "\0", "\u{7F}", "\u{1}", "*", "/", ":", "-", ".",
