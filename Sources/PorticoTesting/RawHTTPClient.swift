@@ -51,9 +51,7 @@ public final class RawHTTPConnection: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard fd >= 0 else { return }
-        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
-        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
-        close(fd)
+        closeWithReset(fd)
         fd = -1
     }
 
@@ -241,4 +239,12 @@ enum LoopbackSocket {
             offset += n
         }
     }
+}
+
+/// Closes `fd` with a reset (SO_LINGER 0) instead of an orderly close: the peer sees a
+/// connection reset, as from a client that crashes or gives up abruptly.
+func closeWithReset(_ fd: Int32) {
+    var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    Glibc.close(fd)
 }

@@ -133,9 +133,7 @@ public final class StreamingClient: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard fd >= 0 else { return }
-        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
-        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
-        Glibc.close(fd)
+        closeWithReset(fd)
         fd = -1
     }
 
