@@ -264,7 +264,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         context?.close(promise: nil)
     }
 
-    /// The `UpstreamError` for `error`, as the AsyncHTTPClient path classifies it; cancellation as is.
+    /// The `UpstreamError` for `error` (`NIOUpstream.classify`); cancellation as is.
     static func kind(of error: any Error, afterHead: Bool, limit: Int) -> any Error {
         if let kind = NIOUpstream.classify(error, afterHead: afterHead, limit: limit) { return kind }
         return error

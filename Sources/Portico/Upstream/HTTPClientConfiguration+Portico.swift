@@ -2,7 +2,7 @@ import AsyncHTTPClient
 import NIOCore
 
 extension HTTPClient.Configuration {
-    /// The configuration every Portico AsyncHTTPClient uses (upstreams and token endpoints):
+    /// The configuration of the AsyncHTTPClient that token endpoints without `server_name` use:
     /// HTTP/1.1; redirects passed back, never followed (a gateway passes them through, and a
     /// token call never sends its secret to another host); bodies byte for byte; no tracer (even
     /// the no-op default re-parses every request URL for span attributes); the `tls:` settings;

@@ -5,7 +5,7 @@ public struct UpstreamConfig: Sendable, Equatable {
     public enum Transport: String, Sendable, Equatable, CaseIterable {
         /// Foundation's URLSession: the specified client.
         case urlsession
-        /// AsyncHTTPClient on SwiftNIO: for throughput.
+        /// Portico's own HTTP/1.1 pool on SwiftNIO (`HTTP1ConnectionPool`): for throughput.
         case nio
     }
 

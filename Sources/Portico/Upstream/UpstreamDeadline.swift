@@ -12,8 +12,8 @@ func upstreamDeadline(config: UpstreamConfig, context: RequestContext) -> Contin
 /// Runs `operation`, failing with `UpstreamError.timeout` when `deadline` passes on `clock`.
 ///
 /// The operation is cancelled at the deadline; both transports answer cancellation at once
-/// (URLSession: the continuation is resumed from the cancellation handler; AsyncHTTPClient
-/// cancels the transaction), so leaving the task group does not wait on the network.
+/// (URLSession: the continuation is resumed from the cancellation handler; the NIO pool closes
+/// the connection in use), so leaving the task group does not wait on the network.
 func withUpstreamDeadline<T: Sendable>(
     _ deadline: ContinuousClock.Instant, clock: any GatewayClock,
     _ operation: @escaping @Sendable () async throws -> T

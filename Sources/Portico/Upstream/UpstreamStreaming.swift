@@ -34,8 +34,8 @@ enum ResponseBodyPlan: Equatable {
 /// `BodyStream`: counts bytes against `max_response_bytes`, keeps the `StreamWatchdog`
 /// (`stream_idle_timeout`, `max_stream_duration`) fed, and cancels the upstream exchange
 /// (`cancel`) when the reader goes away, the watchdog expires or the limit is crossed, so a
-/// connection is never handed back half-read. Both `nio` exchangers (AsyncHTTPClient and
-/// `HTTP1ConnectionPool`) use it; their event loop calls `deliver`, `finish` and `fail`.
+/// connection is never handed back half-read. `HTTP1ExchangeHandler` uses it: the connection's
+/// event loop calls `deliver`, `finish` and `fail`.
 final class StreamedResponseRelay: Sendable {
     /// What the transport does with the connection after `deliver`.
     enum Delivery {
