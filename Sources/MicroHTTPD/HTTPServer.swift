@@ -82,8 +82,11 @@ public final class HTTPServer: Sendable {
 
     /// Stops accepting, lets in-flight requests finish for up to `grace`, answers those still
     /// running with 503, then stops the daemons. Idempotent; any thread; the first call does the work.
-    public func stop(grace: Duration = .seconds(10)) async {
-        await core.stop(grace: grace)
+    ///
+    /// `listenerClosed` runs as soon as the listening socket is closed, before open connections
+    /// are drained: what must take the port over at once (a test server reserving it) does it there.
+    public func stop(grace: Duration = .seconds(10), listenerClosed: () -> Void = {}) async {
+        await core.stop(grace: grace, listenerClosed: listenerClosed)
     }
 }
 
@@ -277,12 +280,13 @@ final class ServerCore: Sendable {
         return port
     }
 
-    func stop(grace: Duration) async {
+    func stop(grace: Duration, listenerClosed: () -> Void = {}) async {
         // The first caller moves the lifecycle to `stopping` and does the work.
         guard let daemon = state.withLock({ $0.daemon }), advance(to: .stopping) else { return }
 
         // Stop accepting: connections the kernel already completed are served, new ones refused.
         daemon.listener.stop(handingTo: daemon.pointers)
+        listenerClosed()
 
         // Open connections are still served (with `Connection: close`) until no request is in
         // flight; in that same instant the server starts closing, so a request arriving on an

@@ -127,10 +127,12 @@ public final class TokenEndpointServer: Sendable {
         }
         if failure == .closed, previous != .closed {
             releaseHung()
-            await server?.stop(grace: .seconds(5))
             // Bound but not listening: connections are refused, and nothing else in the process
-            // (parallel tests binding port 0) can take the port before it listens again.
-            let reservation = PortReservation(port: port)
+            // (parallel tests binding port 0) can take the port before it listens again. Reserved
+            // the moment the listener closes, not after the drain (a port free that long was
+            // taken by another test's server under load, which then answered the token calls).
+            var reservation: PortReservation?
+            await server?.stop(grace: .seconds(5), listenerClosed: { reservation = PortReservation(port: port) })
             state.withLock {
                 $0.server = nil
                 $0.reservation = reservation
