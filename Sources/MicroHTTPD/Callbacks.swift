@@ -32,7 +32,8 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
         let core = server(cls)
         let socket = connection.map { portico_mhd_connection_fd($0) } ?? -1
         let timer = ConnectionTimer(deadline: .now + core.configuration.headerTimeout)
-        let context = ConnectionContext(clientAddress: client, timer: timer, suspension: connection.map { Suspension(connection: $0) })
+        let context = ConnectionContext(clientAddress: client, timer: timer, suspension: connection.map { Suspension(connection: $0) },
+                                        executor: core.nextExecutor())
         let handle = connection.map {
             ConnectionHandle(connection: $0, context: Unmanaged.passUnretained(context), socket: socket, thread: pthread_self())
         }
@@ -325,7 +326,7 @@ private struct AccessCall {
         }
         context.pending = pending
         core.register(pending, timer: context.timer)
-        pending.attach(Task {
+        pending.attach(Task(executorPreference: context.executor) {
             let response = await work()
             pending.complete(response)
         })

@@ -22,11 +22,14 @@ final class ConnectionContext {
     let timer: ConnectionTimer
     /// Suspends and resumes this connection (`nil` only without a connection pointer).
     let suspension: Suspension?
+    /// Where this connection's handler tasks run (`nil`: the global concurrent executor).
+    let executor: (any TaskExecutor)?
 
-    init(clientAddress: String, timer: ConnectionTimer, suspension: Suspension?) {
+    init(clientAddress: String, timer: ConnectionTimer, suspension: Suspension?, executor: (any TaskExecutor)?) {
         self.clientAddress = clientAddress
         self.timer = timer
         self.suspension = suspension
+        self.executor = executor
     }
 }
 

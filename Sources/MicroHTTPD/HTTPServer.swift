@@ -140,6 +140,8 @@ final class ServerCore: Sendable {
     let hangUps = HangUpWatch()
     /// Clients noticed leaving while their request was suspended (its work cancelled).
     let hangUpCount = Atomic<Int>(0)
+    /// Turns of `nextExecutor`.
+    private let executorTurn = Atomic<UInt>(0)
     /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its event loop).
     static let refusalHeadroom = 1024
 
@@ -440,6 +442,13 @@ final class ServerCore: Sendable {
     // MARK: - Called from libmicrohttpd threads
 
     /// Admits a new connection unless `connectionLimit` connections are open already.
+    /// The task executor for a new connection, dealt in turn. libmicrohttpd threads.
+    func nextExecutor() -> (any TaskExecutor)? {
+        let executors = configuration.taskExecutors
+        guard !executors.isEmpty else { return nil }
+        return executors[Int(executorTurn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(executors.count))]
+    }
+
     func opened(_ timer: ConnectionTimer, handle: ConnectionHandle?) -> Bool {
         state.withLock { state in
             guard state.connections.count < max(1, configuration.connectionLimit) else {

@@ -6,6 +6,10 @@ public struct ServerConfiguration: Sendable {
     public var port: UInt16 = 0
     /// libmicrohttpd daemons, each with its own thread; the listener deals connections to them in turn.
     public var threads: Int = 2
+    /// Handlers' tasks run on these, dealt to connections in turn: say the event loops the
+    /// handlers' own I/O runs on, so a request's work and that I/O share a thread rather than
+    /// hopping through the global executor's. Empty: the global concurrent executor.
+    public var taskExecutors: [any TaskExecutor] = []
     /// A connection opened while this many are open is closed at once, unanswered.
     public var connectionLimit: Int = 1_000
     /// Idle keep-alive connections are closed after this (whole seconds; libmicrohttpd's unit).

@@ -1,0 +1,48 @@
+/* The floor under a Portico cache hit: libmicrohttpd alone, answering every request with a fixed
+ * 1 KiB body from memory on its own thread, configured as Portico's inbound side is (poll()
+ * internal threads, one per core, suspend/resume allowed, 48 KiB of connection memory).
+ * No routing, no headers read, no cache lookup, no logging or metrics.
+ *
+ *   mhd-answer PORT BODY_FILE
+ */
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <signal.h>
+
+static char body[4096];
+static size_t body_len;
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
+                              const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
+    (void)cls; (void)url; (void)method; (void)version; (void)upload_data;
+    if (*con_cls == NULL) { *con_cls = connection; return MHD_YES; }   /* head read: wait for the end */
+    if (*upload_data_size != 0) { *upload_data_size = 0; return MHD_YES; }
+    struct MHD_Response *response = MHD_create_response_from_buffer(body_len, body, MHD_RESPMEM_PERSISTENT);
+    if (response == NULL) return MHD_NO;
+    MHD_add_response_header(response, "Content-Type", "application/json");
+    enum MHD_Result queued = MHD_queue_response(connection, 200, response);
+    MHD_destroy_response(response);
+    return queued;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) { fprintf(stderr, "usage: mhd-answer PORT BODY_FILE\n"); return 2; }
+    FILE *file = fopen(argv[2], "rb");
+    if (file == NULL) { perror(argv[2]); return 1; }
+    body_len = fread(body, 1, sizeof body, file);
+    fclose(file);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    struct MHD_Daemon *daemon = MHD_start_daemon(
+        MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL,
+        answer, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(cores > 0 ? cores : 1),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(48 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
+    if (daemon == NULL) { fprintf(stderr, "MHD_start_daemon failed\n"); return 1; }
+    sigset_t set; sigemptyset(&set); sigaddset(&set, SIGTERM); sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    int signal_number; sigwait(&set, &signal_number);
+    MHD_stop_daemon(daemon);
+    return 0;
+}
