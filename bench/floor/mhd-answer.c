@@ -1,6 +1,6 @@
 /* The floor under a Portico cache hit: libmicrohttpd alone, answering every request with a fixed
  * 1 KiB body from memory on its own thread, configured as Portico's inbound side is (poll()
- * internal threads, one per core, suspend/resume allowed, 48 KiB of connection memory).
+ * internal threads, one daemon per core, suspend/resume allowed, 48 KiB of connection memory).
  * No routing, no headers read, no cache lookup, no logging or metrics.
  *
  *   mhd-answer PORT BODY_FILE
@@ -35,14 +35,16 @@ int main(int argc, char **argv) {
     body_len = fread(body, 1, sizeof body, file);
     fclose(file);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    struct MHD_Daemon *daemon = MHD_start_daemon(
-        MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL,
-        answer, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(cores > 0 ? cores : 1),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(48 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
-    if (daemon == NULL) { fprintf(stderr, "MHD_start_daemon failed\n"); return 1; }
     sigset_t set; sigemptyset(&set); sigaddset(&set, SIGTERM); sigaddset(&set, SIGINT);
     sigprocmask(SIG_BLOCK, &set, NULL);
+    /* One daemon per thread on one port (SO_REUSEPORT), as Portico runs one daemon per thread. */
+    for (long i = 0; i < (cores > 0 ? cores : 1); i++) {
+        struct MHD_Daemon *daemon = MHD_start_daemon(
+            MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL,
+            answer, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(48 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
+        if (daemon == NULL) { fprintf(stderr, "MHD_start_daemon failed\n"); return 1; }
+    }
     int signal_number; sigwait(&set, &signal_number);
-    MHD_stop_daemon(daemon);
-    return 0;
+    _exit(0);
 }

