@@ -37,13 +37,7 @@ public enum ForwardingHeaders {
     public static func removingHopByHop(_ fields: HTTPFields) -> HTTPFields {
         // The common case on the hot path: nothing to remove, no copy.
         if !fields.contains(where: { isHopByHop($0.name.canonicalName) }) { return fields }
-        var named: Set<String> = []
-        for value in fields[values: .connection] {
-            for token in HTTPList(value) {
-                let name = token.text.lowercased()
-                if !isHopByHop(name) { named.insert(name) }
-            }
-        }
+        let named = connectionNamed(fields)
         var kept = HTTPFields()
         kept.reserveCapacity(fields.count)
         for field in fields where !isHopByHop(field.name.canonicalName) {
@@ -60,32 +54,89 @@ public enum ForwardingHeaders {
         _ fields: HTTPFields, authority: String? = nil, clientAddress: String,
         upstreamHost: String, preserveHost: Bool, proto: String = "http"
     ) -> HTTPFields {
-        var out = removingHopByHop(fields)
-        let clientHost = out.first(where: { $0.name == host })?.value ?? authority
-        let sentHost = preserveHost ? (clientHost ?? upstreamHost) : upstreamHost
-
-        // Exactly one Host, where the client had it (first otherwise, as HTTP/1.1 clients send it).
-        if let first = out.firstIndex(where: { $0.name == host }) {
-            out[first] = HTTPField(name: host, value: sentHost)
-            var index = out.index(after: first)
-            while index < out.endIndex {
-                if out[index].name == host { out.remove(at: index) } else { index = out.index(after: index) }
-            }
-        } else {
-            out.insert(HTTPField(name: host, value: sentHost), at: out.startIndex)
+        var out = HTTPFields()
+        out.reserveCapacity(fields.count + 4)
+        forEachUpstreamField(fields, authority: authority, clientAddress: clientAddress, upstreamHost: upstreamHost,
+                             preserveHost: preserveHost, proto: proto) { name, value in
+            out.append(HTTPField(name: name, value: value))
         }
-
-        if !clientAddress.isEmpty {
-            appendToList(&out, name: xForwardedFor, value: clientAddress)
-        }
-        if out[xForwardedProto] == nil {
-            out.append(HTTPField(name: xForwardedProto, value: proto))
-        }
-        if out[xForwardedHost] == nil, let clientHost {
-            out.append(HTTPField(name: xForwardedHost, value: clientHost))
-        }
-        appendToList(&out, name: via, value: viaValue)
         return out
+    }
+
+    /// `upstreamRequestFields`, one field at a time in order, for a transport that writes its own
+    /// header type: one pass over the client's fields, no intermediate `HTTPFields` (whose edits
+    /// and lookups by name build an index per request).
+    ///
+    /// Hop-by-hop fields and those a `Connection` header names are dropped; exactly one `Host`
+    /// goes where the client's first one was (first otherwise); `X-Forwarded-For` and `Via`
+    /// extend the last such field or are added at the end, as are `X-Forwarded-Proto` and
+    /// `X-Forwarded-Host` when missing.
+    static func forEachUpstreamField(
+        _ fields: HTTPFields, authority: String?, clientAddress: String,
+        upstreamHost: String, preserveHost: Bool, proto: String,
+        _ emit: (HTTPField.Name, String) -> Void
+    ) {
+        let named = connectionNamed(fields)
+        @inline(__always) func kept(_ field: HTTPField) -> Bool {
+            !isHopByHop(field.name.canonicalName) && (named.isEmpty || !named.contains(field.name.canonicalName))
+        }
+        var firstHost: String?
+        var lastForwardedFor = -1, lastVia = -1
+        var hasProto = false, hasForwardedHost = false
+        for (index, field) in fields.enumerated() where kept(field) {
+            switch field.name {
+            case host: if firstHost == nil { firstHost = field.value }
+            case xForwardedFor: lastForwardedFor = index
+            case via: lastVia = index
+            case xForwardedProto: hasProto = true
+            case xForwardedHost: hasForwardedHost = true
+            default: break
+            }
+        }
+        let clientHost = firstHost ?? authority
+        let sentHost = preserveHost ? (clientHost ?? upstreamHost) : upstreamHost
+        var hostSent = false
+        if firstHost == nil {
+            emit(host, sentHost)
+            hostSent = true
+        }
+        for (index, field) in fields.enumerated() where kept(field) {
+            switch field.name {
+            case host:
+                if !hostSent { emit(host, sentHost) }
+                hostSent = true
+            case xForwardedFor where index == lastForwardedFor && !clientAddress.isEmpty:
+                emit(xForwardedFor, joined(field.value, clientAddress))
+            case via where index == lastVia:
+                emit(via, joined(field.value, viaValue))
+            default:
+                emit(field.name, field.value)
+            }
+        }
+        if lastForwardedFor < 0, !clientAddress.isEmpty { emit(xForwardedFor, clientAddress) }
+        if !hasProto { emit(xForwardedProto, proto) }
+        if !hasForwardedHost, let clientHost { emit(xForwardedHost, clientHost) }
+        if lastVia < 0 { emit(via, viaValue) }
+    }
+
+    /// The lower-cased names a `Connection` field lists (hop-by-hop ones aside): empty, without
+    /// looking further, when no hop-by-hop field is there (so no `Connection` either).
+    private static func connectionNamed(_ fields: HTTPFields) -> Set<String> {
+        guard fields.contains(where: { isHopByHop($0.name.canonicalName) }) else { return [] }
+        var named: Set<String> = []
+        for value in fields[values: .connection] {
+            for token in HTTPList(value) {
+                let name = token.text.lowercased()
+                if !isHopByHop(name) { named.insert(name) }
+            }
+        }
+        return named
+    }
+
+    /// A list field's value extended by `value`.
+    private static func joined(_ existing: String, _ value: String) -> String {
+        let trimmed = existing.trimmingWhitespace()
+        return trimmed.isEmpty ? value : "\(trimmed), \(value)"
     }
 
     /// The fields to send back to the client for an upstream response.
@@ -98,8 +149,7 @@ public enum ForwardingHeaders {
     /// Appends `value` to the last field named `name` (a comma-separated list), or adds the field.
     static func appendToList(_ fields: inout HTTPFields, name: HTTPField.Name, value: String) {
         if let last = fields.lastIndex(where: { $0.name == name }) {
-            let existing = fields[last].value.trimmingWhitespace()
-            fields[last] = HTTPField(name: name, value: existing.isEmpty ? value : "\(existing), \(value)")
+            fields[last] = HTTPField(name: name, value: joined(fields[last].value, value))
         } else {
             fields.append(HTTPField(name: name, value: value))
         }

@@ -139,15 +139,15 @@ final class NIOUpstream: UpstreamClient {
     /// exchanger frames the buffered body itself.
     static func requestHeaders(_ request: GatewayRequest, config: UpstreamConfig, upstreamHost: String) -> HTTPHeaders {
         var headers = HTTPHeaders()
-        let fields = ForwardingHeaders.upstreamRequestFields(
+        headers.reserveCapacity(request.headerFields.count + 4)
+        ForwardingHeaders.forEachUpstreamField(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: upstreamHost, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http")
-        headers.reserveCapacity(fields.count)
-        for field in fields {
-            switch field.name.canonicalName {
+            upstreamHost: upstreamHost, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http"
+        ) { name, value in
+            switch name {
             // Framing follows the buffered body; `Expect` is moot once the body is here.
-            case "content-length", "transfer-encoding", "expect": continue
-            default: headers.add(name: field.name.rawName, value: field.value)
+            case .contentLength, .transferEncoding, .expect: return
+            default: headers.add(name: name.rawName, value: value)
             }
         }
         return headers
