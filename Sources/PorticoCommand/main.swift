@@ -1,12 +1,8 @@
 import ArgumentParser
-import NIOCore
-import NIOPosix
 
-// Swift concurrency's tasks run on NIO's event loop threads instead of a second pool: the
-// gateway's handlers and AsyncHTTPClient then share threads, which saves a thread hop and a
-// dispatch queue round trip per request (measured in bench/RESULTS.md). It must happen before
-// the first task exists, hence top-level code rather than `@main`.
-NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+// Requests' tasks run on NIO's event loops by executor preference (`EventLoopTaskExecutor`), not
+// by making the loops Swift's global executor: NIO's hook for that is found with `dlsym`, which
+// a statically linked binary (as released) does not answer, so it held only in debug builds.
 
 /// What ArgumentParser's async `main()` does. Called from top-level code, its synchronous
 /// overload would win and async subcommands would not run; inside an async function the
