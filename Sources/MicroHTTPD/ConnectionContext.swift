@@ -100,9 +100,6 @@ final class ConnectionTimer: Sendable {
     private struct State {
         var deadline: ContinuousClock.Instant?
         var phase: Phase = .head
-        /// A request has begun arriving (its request line, or a body with a deadline) and is not
-        /// all here yet: what `expire` looks at for a client that left midway.
-        var midRequest = false
         var closed = false
         /// Our own duplicate of the connection's descriptor (or -1), closed when the connection
         /// closes. Shutting it down shuts the socket down for libmicrohttpd too, and since the
@@ -143,14 +140,12 @@ final class ConnectionTimer: Sendable {
         state.withLock { state in
             state.phase = phase
             state.deadline = deadline
-            state.midRequest = phase == .body && deadline != nil
         }
     }
 
     /// Brings the deadline forward to `deadline` if it is later (a request line arrived).
     func tighten(to deadline: ContinuousClock.Instant) {
         state.withLock { state in
-            state.midRequest = true
             if let current = state.deadline, current <= deadline { return }
             state.deadline = deadline
         }
@@ -206,34 +201,14 @@ final class ConnectionTimer: Sendable {
         }
     }
 
-    /// What `expire` did.
-    enum Expiry: Sendable {
-        /// The deadline for `Phase` passed.
-        case late(Phase)
-        /// The client closed the connection midway through its request, unnoticed (see `expire`).
-        case left
-    }
-
-    /// Shuts the socket down when its deadline has passed, or when the client closed it midway
-    /// through a request: libmicrohttpd's epoll mode (edge-triggered) misses a FIN that arrives
-    /// together with the last bytes it reads — half a request head, or a body cut short — and
-    /// would hold the connection until its deadline. A peek at the socket tells: end of stream
-    /// with nothing left unread. libmicrohttpd then sees the socket fail and closes the connection.
-    func expire(now: ContinuousClock.Instant) -> Expiry? {
-        state.withLock { state -> Expiry? in
-            guard !state.closed, let deadline = state.deadline, state.socket >= 0 else { return nil }
-            if now >= deadline {
-                state.deadline = nil
-                _ = Glibc.shutdown(state.socket, Int32(SHUT_RDWR))
-                return .late(state.phase)
-            }
-            guard state.midRequest else { return nil }
-            var byte: UInt8 = 0
-            let peeked = recv(state.socket, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
-            guard peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) else { return nil }
+    /// Shuts the socket down when its deadline has passed; returns the phase it was in.
+    func expire(now: ContinuousClock.Instant) -> Phase? {
+        state.withLock { state -> Phase? in
+            guard !state.closed, let deadline = state.deadline, now >= deadline, state.socket >= 0 else { return nil }
             state.deadline = nil
+            // libmicrohttpd sees the socket fail on its next read or write and closes the connection.
             _ = Glibc.shutdown(state.socket, Int32(SHUT_RDWR))
-            return .left
+            return state.phase
         }
     }
 }
