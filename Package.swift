@@ -12,6 +12,8 @@ let package = Package(
         .executable(name: "portico", targets: ["PorticoCommand"]),
         // libFuzzer targets for Portico's parsers (scripts/libfuzz); a plain build replays inputs.
         .executable(name: "portico-fuzz", targets: ["PorticoFuzz"]),
+        // bench/cpu --floors: libmicrohttpd and SwiftNIO with no gateway between them.
+        .executable(name: "portico-proxy-floor", targets: ["PorticoProxyFloor"]),
         .library(name: "Portico", targets: ["Portico"]),
         .library(name: "MicroHTTPD", targets: ["MicroHTTPD"]),
         .library(name: "RedisClient", targets: ["RedisClient"]),
@@ -101,6 +103,17 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "PorticoProxyFloor",
+            dependencies: [
+                "MicroHTTPD",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "bench/floor/swift-proxy",
             swiftSettings: strict
         ),
         .executableTarget(
