@@ -123,8 +123,13 @@ public enum ForwardingHeaders {
     /// looking further, when no hop-by-hop field is there (so no `Connection` either).
     private static func connectionNamed(_ fields: HTTPFields) -> Set<String> {
         guard fields.contains(where: { isHopByHop($0.name.canonicalName) }) else { return [] }
+        return connectionNamed(fields[values: .connection])
+    }
+
+    /// The lower-cased names these `Connection` values list, hop-by-hop ones aside.
+    static func connectionNamed(_ connectionValues: some Sequence<String>) -> Set<String> {
         var named: Set<String> = []
-        for value in fields[values: .connection] {
+        for value in connectionValues {
             for token in HTTPList(value) {
                 let name = token.text.lowercased()
                 if !isHopByHop(name) { named.insert(name) }
@@ -134,7 +139,7 @@ public enum ForwardingHeaders {
     }
 
     /// A list field's value extended by `value`.
-    private static func joined(_ existing: String, _ value: String) -> String {
+    static func joined(_ existing: String, _ value: String) -> String {
         let trimmed = existing.trimmingWhitespace()
         return trimmed.isEmpty ? value : "\(trimmed), \(value)"
     }

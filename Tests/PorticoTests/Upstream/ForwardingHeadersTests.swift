@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import NIOHTTP1
 @testable import Portico
 import Testing
 
@@ -73,6 +74,27 @@ import Testing
     @Test func responseFieldsDropHopByHopAndAddVia() {
         let input = fields([("Set-Cookie", "a=1"), ("Connection", "close"), ("Set-Cookie", "b=2"), ("Transfer-Encoding", "chunked")])
         #expect(pairs(ForwardingHeaders.clientResponseFields(input)) == ["Set-Cookie: a=1", "Set-Cookie: b=2", "Via: 1.1 portico"])
+    }
+
+    /// The `nio` transport converts an upstream head and applies `clientResponseFields` in one
+    /// pass (`NIOUpstream.makeResponse`): it must give exactly what the two steps give.
+    @Test(arguments: [
+        [("Server", "nginx"), ("Content-Type", "application/json"), ("Content-Length", "2"), ("Connection", "keep-alive")],
+        [("Connection", "keep-alive, X-Internal"), ("X-Internal", "secret"), ("Keep-Alive", "timeout=5"), ("Set-Cookie", "a=1"),
+         ("Set-Cookie", "b=2"), ("Proxy-Authenticate", "Basic"), ("Upgrade", "h2c")],
+        [("Via", "1.0 edge"), ("Date", "today"), ("VIA", "1.1 inner, "), ("Trailer", "x")],
+        [("Content-Type", "text/plain"), ("Bad Name", "dropped"), ("X-Value", "tab\there")],
+        [],
+    ])
+    func nioResponseFieldsMatchTheTwoSteps(_ head: [(String, String)]) {
+        var upstream = NIOHTTP1.HTTPHeaders()
+        for (name, value) in head { upstream.add(name: name, value: value) }
+        let converted = NIOUpstream.makeResponse(HTTPResponseHead(version: .http1_1, status: .ok, headers: upstream), body: .empty)
+        var twoSteps = HTTPFields()
+        for (name, value) in head {
+            if let name = HTTPField.Name(name) { twoSteps.append(HTTPField(name: name, value: value)) }
+        }
+        #expect(pairs(converted.headerFields) == pairs(ForwardingHeaders.clientResponseFields(twoSteps)))
     }
 }
 
