@@ -123,7 +123,8 @@ public enum ForwardingHeaders {
     /// looking further, when no hop-by-hop field is there (so no `Connection` either).
     private static func connectionNamed(_ fields: HTTPFields) -> Set<String> {
         guard fields.contains(where: { isHopByHop($0.name.canonicalName) }) else { return [] }
-        return connectionNamed(fields[values: .connection])
+        // Not `fields[values: .connection]`: a lookup by name builds an index of all the fields.
+        return connectionNamed(fields.lazy.filter { $0.name == .connection }.map(\.value))
     }
 
     /// The lower-cased names these `Connection` values list, hop-by-hop ones aside.
