@@ -258,7 +258,8 @@ final class URLSessionUpstream: UpstreamClient {
     /// `Content-Length` is set to the bytes actually sent. Bodiless responses (HEAD, 204, 304)
     /// keep their length; their `ETag` is weakened the same way so validators stay consistent.
     static func restoreContentCoding(_ fields: inout HTTPFields, body: inout ByteBuffer, hasBody: Bool) throws {
-        guard let encoding = fields[.contentEncoding] else { return }
+        // The scan first: a lookup by name builds an index of all the fields, and most responses have no coding.
+        guard fields.contains(where: { $0.name == .contentEncoding }), let encoding = fields[.contentEncoding] else { return }
         let codings = HTTPList(encoding).map { $0.text.lowercased() }
         guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
 
@@ -287,7 +288,8 @@ final class URLSessionUpstream: UpstreamClient {
     /// applies the client's coding where one is configured. An undecoded body keeps its
     /// `Content-Length`.
     static func restoreContentCoding(streamed fields: inout HTTPFields) {
-        guard let encoding = fields[.contentEncoding] else { return }
+        // The scan first: a lookup by name builds an index of all the fields, and most responses have no coding.
+        guard fields.contains(where: { $0.name == .contentEncoding }), let encoding = fields[.contentEncoding] else { return }
         let codings = HTTPList(encoding).map { $0.text.lowercased() }
         guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
         CodingHeaders.weakenETag(&fields)
