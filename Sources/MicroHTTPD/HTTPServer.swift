@@ -441,7 +441,6 @@ final class ServerCore: Sendable {
 
     // MARK: - Called from libmicrohttpd threads
 
-    /// Admits a new connection unless `connectionLimit` connections are open already.
     /// The task executor for a new connection, dealt in turn. libmicrohttpd threads.
     func nextExecutor() -> (any TaskExecutor)? {
         let executors = configuration.taskExecutors
@@ -449,6 +448,7 @@ final class ServerCore: Sendable {
         return executors[Int(executorTurn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(executors.count))]
     }
 
+    /// Admits a new connection unless `connectionLimit` connections are open already.
     func opened(_ timer: ConnectionTimer, handle: ConnectionHandle?) -> Bool {
         state.withLock { state in
             guard state.connections.count < max(1, configuration.connectionLimit) else {

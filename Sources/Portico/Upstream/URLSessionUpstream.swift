@@ -247,6 +247,16 @@ final class URLSessionUpstream: UpstreamClient {
     /// Content codings curl decodes on its own (all of them, also stacked).
     static let decodedCodings: Set<String> = ["gzip", "x-gzip", "deflate", "br", "zstd"]
 
+    /// The response's content codings, lower-cased, when it has some and curl decoded them all
+    /// (URLSession then hands over the decoded body); `nil` otherwise.
+    private static func decodedCodings(of fields: HTTPFields) -> [String]? {
+        // The scan first: a lookup by name builds an index of all the fields, and most responses have no coding.
+        guard fields.contains(where: { $0.name == .contentEncoding }), let encoding = fields[.contentEncoding] else { return nil }
+        let codings = HTTPList(encoding).map { $0.text.lowercased() }
+        guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return nil }
+        return codings
+    }
+
     /// URLSession hands over a decoded body with the upstream's `Content-Encoding` and
     /// `Content-Length`. Make them agree again:
     /// - a single `gzip`/`deflate` coding is re-applied with zlib, so the client still gets the
@@ -258,10 +268,7 @@ final class URLSessionUpstream: UpstreamClient {
     /// `Content-Length` is set to the bytes actually sent. Bodiless responses (HEAD, 204, 304)
     /// keep their length; their `ETag` is weakened the same way so validators stay consistent.
     static func restoreContentCoding(_ fields: inout HTTPFields, body: inout ByteBuffer, hasBody: Bool) throws {
-        // The scan first: a lookup by name builds an index of all the fields, and most responses have no coding.
-        guard fields.contains(where: { $0.name == .contentEncoding }), let encoding = fields[.contentEncoding] else { return }
-        let codings = HTTPList(encoding).map { $0.text.lowercased() }
-        guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
+        guard let codings = decodedCodings(of: fields) else { return }
 
         CodingHeaders.weakenETag(&fields)
         CodingHeaders.dropDigests(&fields)
@@ -288,10 +295,7 @@ final class URLSessionUpstream: UpstreamClient {
     /// applies the client's coding where one is configured. An undecoded body keeps its
     /// `Content-Length`.
     static func restoreContentCoding(streamed fields: inout HTTPFields) {
-        // The scan first: a lookup by name builds an index of all the fields, and most responses have no coding.
-        guard fields.contains(where: { $0.name == .contentEncoding }), let encoding = fields[.contentEncoding] else { return }
-        let codings = HTTPList(encoding).map { $0.text.lowercased() }
-        guard !codings.isEmpty, codings.allSatisfy({ decodedCodings.contains($0) }) else { return }
+        guard decodedCodings(of: fields) != nil else { return }
         CodingHeaders.weakenETag(&fields)
         CodingHeaders.dropDigests(&fields)
         fields[.contentEncoding] = nil
