@@ -147,17 +147,33 @@ public enum ForwardingHeaders {
 
     /// The fields to send back to the client for an upstream response.
     public static func clientResponseFields(_ fields: HTTPFields) -> HTTPFields {
-        var out = removingHopByHop(fields)
-        appendToList(&out, name: via, value: viaValue)
-        return out
+        clientResponseFields(converting: fields.lazy.map { ($0.name, $0.value) },
+                             connectionValues: fields.lazy.filter { $0.name == .connection }.map(\.value),
+                             count: fields.count)
     }
 
-    /// Appends `value` to the last field named `name` (a comma-separated list), or adds the field.
-    static func appendToList(_ fields: inout HTTPFields, name: HTTPField.Name, value: String) {
-        if let last = fields.lastIndex(where: { $0.name == name }) {
-            fields[last] = HTTPField(name: name, value: joined(fields[last].value, value))
-        } else {
-            fields.append(HTTPField(name: name, value: value))
+    /// `clientResponseFields` for the fields as a transport received them (`count` of them at
+    /// most), built in the same pass that converts them: hop-by-hop fields and those a
+    /// `Connection` value names are left out, and `Via` extends the last such field or is added
+    /// at the end. One pass, because every keep-alive upstream sends a `Connection` field.
+    static func clientResponseFields(converting received: some Sequence<(HTTPField.Name, String)>,
+                                     connectionValues: some Sequence<String>, count: Int) -> HTTPFields {
+        let named = connectionNamed(connectionValues)
+        var out = HTTPFields()
+        out.reserveCapacity(count + 1)
+        var lastVia: Int?
+        for (name, value) in received {
+            let canonical = name.canonicalName
+            if isHopByHop(canonical) || (!named.isEmpty && named.contains(canonical)) { continue }
+            if name == via { lastVia = out.count }
+            out.append(HTTPField(name: name, value: value))
         }
+        if let lastVia {
+            let index = out.index(out.startIndex, offsetBy: lastVia)
+            out[index] = HTTPField(name: via, value: joined(out[index].value, viaValue))
+        } else {
+            out.append(HTTPField(name: via, value: viaValue))
+        }
+        return out
     }
 }

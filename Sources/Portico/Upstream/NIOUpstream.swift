@@ -157,29 +157,12 @@ final class NIOUpstream: UpstreamClient {
         if case .pool(let pool) = exchanger { pool.shutdown() }
     }
 
-    /// The gateway's response for an upstream head: `ForwardingHeaders.clientResponseFields`,
-    /// applied as the fields are converted (one pass; every keep-alive upstream sends a
-    /// `Connection` field, which would otherwise cost a second copy of them all).
+    /// The gateway's response for an upstream head: its fields converted and made the client's
+    /// (`ForwardingHeaders.clientResponseFields`) in one pass.
     static func makeResponse(_ head: HTTPResponseHead, body: Body) -> GatewayResponse {
-        let connection = head.headers["connection"]
-        let named = connection.isEmpty ? [] : ForwardingHeaders.connectionNamed(connection)
-        var fields = HTTPFields()
-        fields.reserveCapacity(head.headers.count + 1)
-        var lastVia: Int?
-        for (name, value) in head.headers {
-            guard let name = HTTPField.Name(name) else { continue }
-            let canonical = name.canonicalName
-            if ForwardingHeaders.isHopByHop(canonical) || (!named.isEmpty && named.contains(canonical)) { continue }
-            if name == ForwardingHeaders.via { lastVia = fields.count }
-            fields.append(HTTPField(name: name, value: value))
-        }
-        let via = ForwardingHeaders.via
-        if let lastVia {
-            let index = fields.index(fields.startIndex, offsetBy: lastVia)
-            fields[index] = HTTPField(name: via, value: ForwardingHeaders.joined(fields[index].value, ForwardingHeaders.viaValue))
-        } else {
-            fields.append(HTTPField(name: via, value: ForwardingHeaders.viaValue))
-        }
+        let fields = ForwardingHeaders.clientResponseFields(
+            converting: head.headers.lazy.compactMap { name, value in HTTPField.Name(name).map { ($0, value) } },
+            connectionValues: head.headers["connection"], count: head.headers.count)
         return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)), headerFields: fields, body: body)
     }
 
