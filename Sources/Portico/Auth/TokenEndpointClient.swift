@@ -4,7 +4,7 @@ import FoundationNetworking
 #endif
 
 /// OAuth2 token calls (RFC 6749 §4.4 client credentials, §6 refresh) through URLSession
-/// (`URLSessionTokenTransport`) or AsyncHTTPClient (`NIOTokenTransport`).
+/// (`URLSessionTokenTransport`) or Portico's connection pool on SwiftNIO (`NIOTokenTransport`).
 ///
 /// On URLSession each call runs as a delegate-driven data task (`URLSessionBridge`): on Linux
 /// a 401 carrying `WWW-Authenticate: Basic` (what an IdP sends for a bad client secret)

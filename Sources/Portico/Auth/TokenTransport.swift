@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// How one token call travels: URLSession (the default) or AsyncHTTPClient (`transport: nio`,
+/// How one token call travels: URLSession (the default) or Portico's pool on SwiftNIO (`transport: nio`,
 /// for custom CAs, client certificates and the other TLS settings URLSession on Linux lacks).
 protocol TokenTransport: Sendable {
     /// Sends the POST and returns the status and body (at most the transport's limit).

@@ -23,7 +23,7 @@ enum TLSFailure {
         return nil
     }
 
-    /// NIOSSL errors as AsyncHTTPClient passes them on; nil for anything else.
+    /// NIOSSL errors as a connection's pipeline passes them on; nil for anything else.
     static func describe(nioError error: any Error) -> String? {
         if let extra = error as? NIOSSLExtraError, extra == .failedToValidateHostname {
             return "hostname mismatch: the certificate does not name this host"

@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -19,6 +20,50 @@ struct HTTP1Connection: Sendable {
         /// Without `serverName`: the host sent as SNI and verified by NIOSSL (an IP address is
         /// checked against the certificate's IP names instead).
         var verifiedHost: String? = nil
+
+        /// The endpoint for `url`: plain HTTP, or TLS verified as `tls:` says — with
+        /// `server_name` (and verification on) the certificate must name it (`ServerNameCheck`);
+        /// otherwise the URL's host, by NIOSSL. The upstreams and the token endpoints share it.
+        static func make(url: URL, tls: TLSClientConfig) -> Result<Endpoint, Unusable> {
+            guard let host = url.host else { return .failure(.noHost) }
+            let isTLS = url.scheme?.lowercased() == "https"
+            var endpoint = Endpoint(host: host, port: url.port ?? (isTLS ? 443 : 80), tls: nil, serverName: nil)
+            guard isTLS else { return .success(endpoint) }
+            if let serverName = tls.serverName, !tls.insecureSkipVerify {
+                guard let context = tls.strictServerNameContext() else { return .failure(.tlsSettings) }
+                endpoint.tls = context
+                endpoint.serverName = serverName
+            } else {
+                guard let context = try? NIOSSLContext(configuration: tls.nioConfiguration) else {
+                    return .failure(.tlsSettings)
+                }
+                endpoint.tls = context
+                endpoint.verifiedHost = host
+            }
+            return .success(endpoint)
+        }
+
+        /// Why a URL and its `tls:` settings make no endpoint: every exchange then fails with
+        /// this, rather than going out unverified.
+        enum Unusable: Error, Sendable, Equatable, CustomStringConvertible {
+            case noHost
+            case tlsSettings
+
+            var description: String {
+                switch self {
+                case .noHost: "the URL has no host"
+                case .tlsSettings: "cannot set up TLS with these tls: settings"
+                }
+            }
+
+            /// As an exchange's failure: the TLS settings' as a TLS error.
+            var upstreamError: UpstreamError {
+                switch self {
+                case .noHost: .connectFailed(description)
+                case .tlsSettings: .tls(description)
+                }
+            }
+        }
     }
 
     let channel: any Channel

@@ -2,8 +2,8 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 
-/// A small HTTP/1.1 connection pool on SwiftNIO: the `nio` transport's (and the token
-/// endpoint's with `server_name`). Portico owns it rather than using AsyncHTTPClient's for two
+/// A small HTTP/1.1 connection pool on SwiftNIO: the `nio` transport's, upstreams' and token
+/// endpoints' alike. Portico owns it rather than using AsyncHTTPClient's for two
 /// reasons: cost (a task's exchange stays on its event loop: an idle connection of the caller's
 /// loop is leased first and new ones open there; measured 25 % less CPU per proxied request),
 /// and verification — with `tls.server_name`, the certificate must name `server_name` by DNS

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import HTTPTypes
 import Logging
 import NIOCore
@@ -28,42 +27,23 @@ final class NIOUpstream: UpstreamClient {
 
     private enum Exchanger {
         case pool(HTTP1ConnectionPool)
-        /// The TLS settings could not be turned into a context (the message says why): every
-        /// exchange fails as a TLS error rather than going out unverified.
-        case unusable(String)
+        /// The URL or its TLS settings make no endpoint: every exchange fails with the reason
+        /// (as a TLS error when it is the TLS settings) rather than going out unverified.
+        case unusable(HTTP1Connection.Endpoint.Unusable)
     }
 
     init(config: UpstreamConfig, logger: Logger) {
         self.config = config
         self.target = UpstreamTarget(baseURL: config.url)
-        self.exchanger = Self.pool(config)
-    }
-
-    /// The pool for `config`: plain HTTP, or TLS verified as `tls:` says — with `server_name`
-    /// (and verification on) the certificate must name it (`ServerNameCheck`); otherwise the
-    /// URL's host, by NIOSSL.
-    private static func pool(_ config: UpstreamConfig) -> Exchanger {
-        guard let host = config.url.host else { return .unusable("the upstream URL has no host") }
-        let isTLS = config.url.scheme?.lowercased() == "https"
-        var endpoint = HTTP1Connection.Endpoint(host: host, port: config.url.port ?? (isTLS ? 443 : 80), tls: nil, serverName: nil)
-        if isTLS {
-            if let serverName = config.tls.serverName, !config.tls.insecureSkipVerify {
-                guard let tls = config.tls.strictServerNameContext() else {
-                    return .unusable("cannot set up TLS with these tls: settings")
-                }
-                endpoint.tls = tls
-                endpoint.serverName = serverName
-            } else {
-                guard let tls = try? NIOSSLContext(configuration: config.tls.nioConfiguration) else {
-                    return .unusable("cannot set up TLS with these tls: settings")
-                }
-                endpoint.tls = tls
-                endpoint.verifiedHost = host
-            }
+        switch HTTP1Connection.Endpoint.make(url: config.url, tls: config.tls) {
+        case .success(let endpoint):
+            exchanger = .pool(HTTP1ConnectionPool(
+                .init(endpoint: endpoint, maxConnections: max(1, config.maxConnections),
+                      connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout),
+                group: MultiThreadedEventLoopGroup.singleton))
+        case .failure(let reason):
+            exchanger = .unusable(reason)
         }
-        return .pool(HTTP1ConnectionPool(.init(endpoint: endpoint, maxConnections: max(1, config.maxConnections),
-                                               connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout),
-                                         group: MultiThreadedEventLoopGroup.singleton))
     }
 
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
@@ -78,7 +58,7 @@ final class NIOUpstream: UpstreamClient {
         let pool: HTTP1ConnectionPool
         switch exchanger {
         case .unusable(let reason):
-            let failure = UpstreamError.tls(reason)
+            let failure = reason.upstreamError
             failure.log(upstream: config.name, to: context.logger)
             throw failure.gatewayError(upstream: config.name)
         case .pool(let usable):
@@ -166,7 +146,7 @@ final class NIOUpstream: UpstreamClient {
         return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)), headerFields: fields, body: body)
     }
 
-    /// AsyncHTTPClient / NIO errors → UpstreamError; `nil` for cancellation (rethrown as is).
+    /// The pool's and NIO's errors → UpstreamError; `nil` for cancellation (rethrown as is).
     /// Details name error kinds only, never header values or URLs.
     static func classify(_ error: any Error, afterHead: Bool, limit: Int) -> UpstreamError? {
         switch error {
@@ -176,15 +156,6 @@ final class NIOUpstream: UpstreamClient {
             return nil
         case is NIOTooManyBytesError:
             return .responseTooLarge(limit: limit)
-        case let error as HTTPClientError:
-            switch error {
-            case .deadlineExceeded, .readTimeout, .writeTimeout: return .timeout
-            case .connectTimeout, .getConnectionFromPoolTimeout: return .connectTimeout
-            case .remoteConnectionClosed: return .connectionClosed("remote closed the connection")
-            case .cancelled: return nil
-            case .alreadyShutdown: return .connectFailed("client is shut down")
-            default: return afterHead ? .protocolError("invalid response") : .connectFailed("request failed")
-            }
         case let error as HTTPParserError:
             if case .invalidEOFState = error { return .connectionClosed("closed before the body was complete") }
             return .protocolError("\(error)")

@@ -8,16 +8,18 @@ struct TokenEndpointClientTests {
     /// Characters that need form-encoding inside the Basic credentials (RFC 6749 §2.3.1).
     static let awkwardSecret = "s3cr:t/+&= é%"
 
-    @Test("client_secret_basic and client_secret_post both authenticate", arguments: [
+    @Test("client_secret_basic and client_secret_post both authenticate, on both transports", arguments: [
         OAuth2Config.ClientAuthMethod.clientSecretBasic, .clientSecretPost,
-    ])
-    func clientAuthentication(method: OAuth2Config.ClientAuthMethod) async throws {
+    ], UpstreamConfig.Transport.allCases)
+    func clientAuthentication(method: OAuth2Config.ClientAuthMethod, transport: UpstreamConfig.Transport) async throws {
         var configuration = TestTokenEndpoint.Configuration()
         configuration.clientID = "portico client"
         configuration.clientSecret = Self.awkwardSecret
         configuration.allowedClientAuth = [method == .clientSecretBasic ? .basic : .post]
         try await withEndpoint(configuration) { (endpoint) async throws in
-            let client = TokenEndpointClient(config: endpoint.oauth2Config(clientAuth: method))
+            var config = endpoint.oauth2Config(clientAuth: method)
+            config.transport = transport
+            let client = TokenEndpointClient(config: config)
             let response = try await client.clientCredentials()
             #expect(response.accessToken == "tok-1")
             #expect(response.tokenType == "Bearer")
@@ -86,6 +88,36 @@ struct TokenEndpointClientTests {
             }
             #expect(endpoint.callCount == 1)
         }
+    }
+
+    @Test("a token endpoint that never answers times out; one answering past the size limit is refused",
+          arguments: UpstreamConfig.Transport.allCases)
+    func silentAndOversized(transport: UpstreamConfig.Transport) async throws {
+        let upstream = TestUpstream()
+        upstream.route("/silent", .never)
+        upstream.route("/huge", .text(String(repeating: "x", count: TokenEndpointClient.maxResponseBytes + 1)))
+        try await upstream.start()
+        // URLSession's own timeout is only a backstop (the token manager enforces the
+        // credential's on its clock), and it reports in words.
+        let silent: TokenEndpointError.Kind = transport == .nio ? .timeout : .transport("timed out")
+        for (path, expected) in [("/silent", silent),
+                                 ("/huge", .malformed("response larger than \(TokenEndpointClient.maxResponseBytes) bytes"))] {
+            var config = OAuth2Config(tokenURL: upstream.baseURL.appending(path: path), clientID: "c", clientSecret: "s")
+            config.transport = transport
+            let client = TokenEndpointClient(config: config, timeout: .milliseconds(500))
+            let started = ContinuousClock.now
+            do throws(TokenEndpointError) {
+                _ = try await client.clientCredentials()
+                Issue.record("expected \(expected) from \(path)")
+            } catch {
+                #expect(error.kind == expected, "\(path)")
+            }
+            // The silent endpoint would hold the call for a minute: far less is the timeout at
+            // work (URLSession counts whole seconds; a loaded machine adds more).
+            #expect(ContinuousClock.now - started < .seconds(30))
+            client.shutdown()
+        }
+        await upstream.shutdown()
     }
 
     @Test("an unreachable token endpoint is a transport error in words on both transports",

@@ -3,8 +3,8 @@ import Portico
 import PorticoTesting
 import Testing
 
-/// The nio transport's pools of upstream connections: AsyncHTTPClient's, and Portico's own
-/// for `server_name` (`nioServerName`).
+/// The nio transport's pool of upstream connections, plain and over TLS with `server_name`
+/// (`nioServerName`).
 @Suite("Upstream connection pool (nio)")
 struct ConnectionPoolTests {
     @Test("keep-alive: consecutive requests share one upstream connection", arguments: [Transport.nio, .nioServerName])

@@ -6,9 +6,9 @@ import PorticoTesting
 import Synchronization
 import Testing
 
-/// The `nio` transport streams both ways (AsyncHTTPClient, and Portico's own pool for
-/// `server_name`): large and undeclared response bodies flow with backpressure, small ones stay
-/// buffered; streamed request bodies go up as they arrive.
+/// The `nio` transport streams both ways (plain and with `server_name`): large and undeclared
+/// response bodies flow with backpressure, small ones stay buffered; streamed request bodies go
+/// up as they arrive.
 @Suite("nio transport: streaming")
 struct NIOStreamingTests {
     static let transports: [Transport] = [.nio, .nioServerName]

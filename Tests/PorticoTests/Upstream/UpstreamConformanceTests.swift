@@ -333,7 +333,7 @@ import Testing
 
     @Test(arguments: transports)
     func concurrentRequestsGetTheirOwnAnswers(transport: Transport) async throws {
-        // AsyncHTTPClient bounds the wait for a pooled connection by the connect timeout: with 200
+        // The pool bounds the wait for a pooled connection by the connect timeout: with 200
         // requests queued on 32 connections a loaded machine can exceed the 2 s default.
         try await Fixture.withUpstream(transport, configure: {
             $0.maxConnections = 32

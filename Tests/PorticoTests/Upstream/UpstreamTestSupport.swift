@@ -6,8 +6,8 @@ import NIOCore
 import Portico
 import PorticoTesting
 
-/// The transports the conformance suite runs over: `urlsession`, `nio` (AsyncHTTPClient), and
-/// `nio` to an HTTPS upstream with `tls.server_name`, which Portico's own `HTTP1ConnectionPool` carries.
+/// The transports the conformance suite runs over: `urlsession`, `nio` (Portico's own
+/// `HTTP1ConnectionPool`), and `nio` to an HTTPS upstream with `tls.server_name`.
 enum Transport: String, CaseIterable, Sendable {
     case urlsession
     case nio
