@@ -18,7 +18,7 @@ extension GatewayRequest {
         var host: String?
         var hostCount = 0
         for (name, value) in request.headers {
-            guard let fieldName = HTTPField.Name(name) else {
+            guard let fieldName = HTTPField.Name.received(name) else {
                 throw .badRequest("invalid header field name")
             }
             guard HTTPField.isReceivedValue(value) else {

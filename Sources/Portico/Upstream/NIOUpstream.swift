@@ -47,7 +47,7 @@ final class NIOUpstream: UpstreamClient {
     }
 
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        var headers = Self.requestHeaders(request, config: config, upstreamHost: target.authority)
+        var fields = Self.requestFields(request, config: config, upstreamHost: target.authority)
         let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? $0 : nil }
         // A streamed request body goes up as it arrives (see `UpstreamUpload` for its timeouts).
         let upload = request.body.isStreamed ? UpstreamUpload(request.body, context: context) : nil
@@ -67,15 +67,15 @@ final class NIOUpstream: UpstreamClient {
         // Framing follows the body.
         if let upload {
             if let length = upload.length {
-                headers.add(name: "Content-Length", value: String(length))
+                fields.append(("Content-Length", String(length)))
             } else {
-                headers.add(name: "Transfer-Encoding", value: "chunked")
+                fields.append(("Transfer-Encoding", "chunked"))
             }
         } else if body != nil || !Self.methodsWithoutBody.contains(request.method) {
-            headers.add(name: "Content-Length", value: String(body?.readableBytes ?? 0))
+            fields.append(("Content-Length", String(body?.readableBytes ?? 0)))
         }
         let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue),
-                                   uri: target.pathAndQuery(for: request.target), headers: headers)
+                                   uri: target.pathAndQuery(for: request.target), headers: HTTPHeaders(fields))
         let upstream = config.name
         var exchange = HTTP1Exchange(head: head, body: body, upload: upload, limit: limit,
                                      requestIsHead: request.method == .head) { length, cancel in
@@ -116,10 +116,12 @@ final class NIOUpstream: UpstreamClient {
     private static let methodsWithoutBody: Set<HTTPRequest.Method> = [.get, .head, .delete, .options, .trace, .connect]
 
     /// The request header fields for the upstream (`ForwardingHeaders`), without framing: each
-    /// exchanger frames the buffered body itself.
-    static func requestHeaders(_ request: GatewayRequest, config: UpstreamConfig, upstreamHost: String) -> HTTPHeaders {
-        var headers = HTTPHeaders()
-        headers.reserveCapacity(request.headerFields.count + 4)
+    /// exchange frames its body itself. An array, made `HTTPHeaders` once the framing is in:
+    /// `HTTPHeaders.add` checks every name it is given byte by byte, and these are
+    /// `HTTPField.Name`s, tokens already.
+    static func requestFields(_ request: GatewayRequest, config: UpstreamConfig, upstreamHost: String) -> [(String, String)] {
+        var fields: [(String, String)] = []
+        fields.reserveCapacity(request.headerFields.count + 5)
         ForwardingHeaders.forEachUpstreamField(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
             upstreamHost: upstreamHost, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http"
@@ -127,10 +129,10 @@ final class NIOUpstream: UpstreamClient {
             switch name {
             // Framing follows the buffered body; `Expect` is moot once the body is here.
             case .contentLength, .transferEncoding, .expect: return
-            default: headers.add(name: name.rawName, value: value)
+            default: fields.append((name.rawName, value))
             }
         }
-        return headers
+        return fields
     }
 
     func shutdown() async {
@@ -141,7 +143,7 @@ final class NIOUpstream: UpstreamClient {
     /// (`ForwardingHeaders.clientResponseFields`) in one pass.
     static func makeResponse(_ head: HTTPResponseHead, body: Body) -> GatewayResponse {
         let fields = ForwardingHeaders.clientResponseFields(
-            converting: head.headers.lazy.compactMap { name, value in HTTPField.Name(name).map { ($0, value) } },
+            converting: head.headers.lazy.compactMap { name, value in HTTPField.Name.received(name).map { ($0, value) } },
             connectionValues: head.headers["connection"], count: head.headers.count)
         return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)), headerFields: fields, body: body)
     }

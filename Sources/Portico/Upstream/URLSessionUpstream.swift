@@ -229,7 +229,8 @@ final class URLSessionUpstream: UpstreamClient {
         var pairs: [(HTTPField.Name, String)] = []
         pairs.reserveCapacity(all.count)
         for (key, value) in all {
-            guard let name = key as? String, let value = value as? String, let fieldName = HTTPField.Name(name) else { continue }
+            guard let name = key as? String, let value = value as? String,
+                  let fieldName = HTTPField.Name.received(name) else { continue }
             pairs.append((fieldName, value))
         }
         pairs.sort { $0.0.canonicalName < $1.0.canonicalName }
