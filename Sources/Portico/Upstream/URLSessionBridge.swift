@@ -72,9 +72,20 @@ final class URLSessionBridge: Sendable {
 
     /// URLSession's own timeout, a backstop behind the caller's deadline.
     let backstop: TimeInterval
-    /// `nil` once shut down: URLSession traps on a task made after `invalidateAndCancel`, and a
-    /// call can race a shutdown, so tasks are made and the session invalidated under one lock.
-    private let session: Mutex<URLSession?>
+    /// URLSession traps on a task made after `invalidateAndCancel`, and a call can race a
+    /// shutdown. Tasks are made outside the lock (`dataTask(with:)` waits on the session's own
+    /// queue: made under the lock, concurrent calls queued behind one another on it, measured
+    /// 3 % of the CPU spinning for it); the lock counts the calls making one, and the session is
+    /// invalidated once the last of them is done.
+    private let session: Mutex<SessionState>
+    private struct SessionState {
+        /// `nil` once shut down.
+        var session: URLSession?
+        /// Calls making a task on `session` right now.
+        var makingTasks = 0
+        /// Shut down while tasks were being made: the last maker invalidates the session.
+        var invalidationDue = false
+    }
     private let delegate = Delegate()
     /// Where the delegate's callbacks run (see `init`).
     private let callbackQueue = DispatchQueue(label: "portico.urlsession.delegate")
@@ -91,7 +102,8 @@ final class URLSessionBridge: Sendable {
         let delegateQueue = OperationQueue()
         delegateQueue.maxConcurrentOperationCount = 1
         delegateQueue.underlyingQueue = callbackQueue  // not retained by the OperationQueue: kept here
-        session = Mutex(URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue))
+        session = Mutex(SessionState(session: URLSession(configuration: configuration, delegate: delegate,
+                                                         delegateQueue: delegateQueue)))
     }
 
     /// Sends `request`; returns the response and its body (at most `limit` bytes).
@@ -105,17 +117,36 @@ final class URLSessionBridge: Sendable {
     /// Sends `request`; returns once the head is there, with the whole body or, when
     /// `streaming.framing` says so, a stream of it (at most `limit` bytes either way).
     func open(_ request: URLRequest, limit: Int, streaming: Streaming?) async throws -> Head {
-        guard let task = session.withLock({ $0?.dataTask(with: request) }) else { throw Failure.shutDown }
+        let current = session.withLock { state -> URLSession? in
+            guard let session = state.session, !state.invalidationDue else { return nil }
+            state.makingTasks += 1
+            return session
+        }
+        guard let current else { throw Failure.shutDown }
+        let task = current.dataTask(with: request)
+        let invalidate = session.withLock { state -> URLSession? in
+            state.makingTasks -= 1
+            guard state.invalidationDue, state.makingTasks == 0 else { return nil }
+            defer { state.session = nil }
+            return state.session
+        }
+        // Shut down while this task was being made: it is cancelled with the others.
+        invalidate?.invalidateAndCancel()
         return try await delegate.run(task, limit: limit, streaming: streaming)
     }
 
     /// Cancels calls in flight and releases the session (it retains its delegate until then);
-    /// safe to call more than once.
+    /// safe to call more than once. With tasks being made right now, the last of those calls
+    /// invalidates it.
     func shutdown() {
-        session.withLock { session in
-            session?.invalidateAndCancel()
-            session = nil
+        let invalidate = session.withLock { state -> URLSession? in
+            guard state.session != nil, !state.invalidationDue else { return nil }
+            state.invalidationDue = true
+            guard state.makingTasks == 0 else { return nil }
+            defer { state.session = nil }
+            return state.session
         }
+        invalidate?.invalidateAndCancel()
     }
 }
 

@@ -10,6 +10,36 @@ import Testing
 @Suite struct UpstreamConformanceTests {
     static let transports = Transport.allCases
 
+    /// URLSession traps on a task made on an invalidated session: a shutdown (a reload removing
+    /// the upstream) racing calls being sent must leave each call answered or failed, never that.
+    @Test(arguments: transports)
+    func shutdownRacingCallsFailsThemCleanly(transport: Transport) async throws {
+        try await Fixture.withUpstream(transport, configure: { $0.maxConnections = 16 }) { _, client in
+            // Each call answers or fails as a gateway error (any other error fails the group).
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                for index in 0..<64 {
+                    group.addTask {
+                        do {
+                            let response = try await client.send(Fixture.request(.get, "/r\(index)"), context: Fixture.context())
+                            return response.status == .ok
+                        } catch is GatewayError {
+                            return false
+                        } catch is CancellationError {
+                            return false
+                        }
+                    }
+                    if index == 32 { await client.shutdown() }
+                }
+                for try await _ in group {}
+            }
+            // After the shutdown every call fails at once, as a gateway error.
+            let (error, _) = await Fixture.expectGatewayError {
+                try await client.send(Fixture.request(.get, "/late"), context: Fixture.context())
+            }
+            #expect(error != nil)
+        }
+    }
+
     @Test(arguments: transports)
     func everyMethodIsForwarded(transport: Transport) async throws {
         try await Fixture.withUpstream(transport) { upstream, client in
