@@ -31,8 +31,7 @@ final class NIOTokenTransport: TokenTransport {
         let pool: HTTP1ConnectionPool
         switch self.pool {
         case .success(let usable): pool = usable
-        case .failure(.tlsSettings): throw TokenEndpointError(.transport("TLS failure: \(HTTP1Connection.Endpoint.Unusable.tlsSettings)"))
-        case .failure(let reason): throw TokenEndpointError(.transport("\(reason)"))
+        case .failure(let reason): throw Self.tokenError(reason.upstreamError)
         }
         let head = HTTPRequestHead(version: .http1_1, method: .POST, uri: Self.pathAndQuery(of: url),
                                    headers: Self.headers(of: request, url: url))
@@ -44,16 +43,21 @@ final class NIOTokenTransport: TokenTransport {
                 try await pool.execute(head, body: body, limit: limit)
             }
         } catch {
-            switch NIOUpstream.classify(error, afterHead: false, limit: limit) {
-            case .timeout?, .connectTimeout?, nil: throw TokenEndpointError(.timeout)
-            case .responseTooLarge?: throw TokenEndpointError(.malformed("response larger than \(limit) bytes"))
-            case .tls(let detail)?: throw TokenEndpointError(.transport("TLS failure: \(detail)"))
-            // In words; never the token URL.
-            case .connectFailed(let detail)?, .connectionClosed(let detail)?, .protocolError(let detail)?:
-                throw TokenEndpointError(.transport(detail))
-            }
+            throw Self.tokenError(NIOUpstream.classify(error, afterHead: false, limit: limit))
         }
         return (Int(response.head.status.code), Data(response.body.readableBytesView))
+    }
+
+    /// A failed exchange as a token call's error, in words and never with the token URL;
+    /// `nil` (cancelled) counts as a timeout, which is what cancels a token call.
+    static func tokenError(_ error: UpstreamError?) -> TokenEndpointError {
+        switch error {
+        case .timeout?, .connectTimeout?, nil: TokenEndpointError(.timeout)
+        case .responseTooLarge(let limit)?: TokenEndpointError(.malformed("response larger than \(limit) bytes"))
+        case .tls(let detail)?: TokenEndpointError(.transport("TLS failure: \(detail)"))
+        case .connectFailed(let detail)?, .connectionClosed(let detail)?, .protocolError(let detail)?:
+            TokenEndpointError(.transport(detail))
+        }
     }
 
     /// The request's fields with the framing this transport sets itself: `Host` from the URL,
