@@ -37,7 +37,8 @@ public enum ForwardingHeaders {
     public static func removingHopByHop(_ fields: HTTPFields) -> HTTPFields {
         // The common case on the hot path: nothing to remove, no copy.
         if !fields.contains(where: { isHopByHop($0.name.canonicalName) }) { return fields }
-        let named = connectionNamed(fields)
+        // The scan above is `connectionNamed(fields)`'s own: go straight to the values.
+        let named = connectionNamed(connectionValues(fields))
         var kept = HTTPFields()
         kept.reserveCapacity(fields.count)
         for field in fields where !isHopByHop(field.name.canonicalName) {
@@ -123,8 +124,13 @@ public enum ForwardingHeaders {
     /// looking further, when no hop-by-hop field is there (so no `Connection` either).
     private static func connectionNamed(_ fields: HTTPFields) -> Set<String> {
         guard fields.contains(where: { isHopByHop($0.name.canonicalName) }) else { return [] }
-        // Not `fields[values: .connection]`: a lookup by name builds an index of all the fields.
-        return connectionNamed(fields.lazy.filter { $0.name == .connection }.map(\.value))
+        return connectionNamed(connectionValues(fields))
+    }
+
+    /// The values of the `Connection` fields, in order. Not `fields[values: .connection]`: a
+    /// lookup by name builds an index of all the fields.
+    private static func connectionValues(_ fields: HTTPFields) -> some Sequence<String> {
+        fields.lazy.filter { $0.name == .connection }.map(\.value)
     }
 
     /// The lower-cased names these `Connection` values list, hop-by-hop ones aside.
@@ -148,7 +154,7 @@ public enum ForwardingHeaders {
     /// The fields to send back to the client for an upstream response.
     public static func clientResponseFields(_ fields: HTTPFields) -> HTTPFields {
         clientResponseFields(converting: fields.lazy.map { ($0.name, $0.value) },
-                             connectionValues: fields.lazy.filter { $0.name == .connection }.map(\.value),
+                             connectionValues: connectionValues(fields),
                              count: fields.count)
     }
 

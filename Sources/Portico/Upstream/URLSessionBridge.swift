@@ -85,6 +85,14 @@ final class URLSessionBridge: Sendable {
         var makingTasks = 0
         /// Shut down while tasks were being made: the last maker invalidates the session.
         var invalidationDue = false
+
+        /// The session to invalidate now — shut down, and no task being made on it — which
+        /// is no longer handed out; `nil` otherwise.
+        mutating func takeForInvalidation() -> URLSession? {
+            guard invalidationDue, makingTasks == 0 else { return nil }
+            defer { session = nil }
+            return session
+        }
     }
     private let delegate = Delegate()
     /// Where the delegate's callbacks run (see `init`).
@@ -126,9 +134,7 @@ final class URLSessionBridge: Sendable {
         let task = current.dataTask(with: request)
         let invalidate = session.withLock { state -> URLSession? in
             state.makingTasks -= 1
-            guard state.invalidationDue, state.makingTasks == 0 else { return nil }
-            defer { state.session = nil }
-            return state.session
+            return state.takeForInvalidation()
         }
         // Shut down while this task was being made: it is cancelled with the others.
         invalidate?.invalidateAndCancel()
@@ -142,9 +148,7 @@ final class URLSessionBridge: Sendable {
         let invalidate = session.withLock { state -> URLSession? in
             guard state.session != nil, !state.invalidationDue else { return nil }
             state.invalidationDue = true
-            guard state.makingTasks == 0 else { return nil }
-            defer { state.session = nil }
-            return state.session
+            return state.takeForInvalidation()
         }
         invalidate?.invalidateAndCancel()
     }
