@@ -5,6 +5,31 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
+/// How the release `portico` is linked on Linux (measured in bench/RESULTS.md, session 12; 33
+/// MB of text, of which a running gateway executes ≈ 1.5 MB):
+/// - lld, the linker Swift toolchains ship, for the two options below (gold has neither);
+/// - the functions a running gateway executes first, in scripts/link-order.txt's order
+///   (scripts/link-order writes it): the kernel maps code 64 KiB around each page faulted in,
+///   so scattered hot code kept 15 MiB of text resident; names no longer in the binary are
+///   skipped;
+/// - no dynamic symbol table of Portico's own symbols (the toolchain's static-stdlib flags
+///   export them all): nothing looks them up (only libdispatch's `dispatch_async_swift_job`
+///   is, and it is not Portico's), and the loader's lookups touched 2 MB of them at start.
+/// Packed relative relocations (`-z pack-relative-relocs`) save 3.5 MiB more but need glibc 2.36
+/// where the binary runs: scripts/build-release and deploy/Dockerfile add them.
+let releaseLinking: [LinkerSetting] = [
+    .unsafeFlags([
+        "-use-ld=lld",
+        "-Xlinker", "--symbol-ordering-file=\(Context.packageDirectory)/scripts/link-order.txt",
+        "-Xlinker", "--no-warn-symbol-ordering",
+        "-Xlinker", "--no-export-dynamic",
+    ], .when(platforms: [.linux], configuration: .release)),
+]
+/// The floor is linked by the same linker, so scripts/build-release's flags suit both.
+let floorLinking: [LinkerSetting] = [
+    .unsafeFlags(["-use-ld=lld"], .when(platforms: [.linux], configuration: .release)),
+]
+
 let package = Package(
     name: "Portico",
     platforms: [.macOS(.v15)],
@@ -101,7 +126,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict,
+            linkerSettings: releaseLinking
         ),
         .executableTarget(
             name: "PorticoProxyFloor",
@@ -112,7 +138,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             path: "bench/floor/swift-proxy",
-            swiftSettings: strict
+            swiftSettings: strict,
+            linkerSettings: floorLinking
         ),
         .executableTarget(
             name: "PorticoFuzz",
