@@ -6,7 +6,11 @@
  * its ITC, sends the body. Two cross-thread hand-offs per request, as in Portico. No request
  * headers are forwarded, nothing is validated, logged or counted.
  *
- *   mhd-proxy PORT UPSTREAM_PORT
+ * With --one-thread there is no hand-off: each thread runs its own libmicrohttpd daemon in
+ * external-epoll mode and its own upstream connections in one epoll loop, as nginx runs a worker.
+ * What the two modes differ by is the price of handing each request to another thread and back.
+ *
+ *   mhd-proxy PORT UPSTREAM_PORT [--one-thread]
  */
 #define _GNU_SOURCE
 #include <microhttpd.h>
@@ -37,6 +41,7 @@ struct upstream { int fd; struct job *job; };
 struct worker {
     pthread_t thread;
     int epoll_fd, wake_fd;
+    struct MHD_Daemon *daemon;   /* --one-thread: this thread's own daemon */
     pthread_mutex_t lock;
     struct job *queue;
     struct upstream *idle[1024];
@@ -45,6 +50,8 @@ struct worker {
 
 static struct worker *workers;
 static long worker_count;
+static int one_thread;
+static char daemon_mark;   /* the epoll tag of a daemon's own epoll descriptor (--one-thread) */
 static unsigned long turn;
 static uint16_t upstream_port;
 static const char request_text[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: mhd-proxy\r\n\r\n";
@@ -77,14 +84,18 @@ static void drop(struct worker *worker, struct upstream *up) {
     free(up);
 }
 
+/* Sends the job's request on an idle upstream connection or a new one. A failure here comes
+ * before anything was sent: with --one-thread the connection is not suspended yet (the caller
+ * answers at once), otherwise it is resumed to answer 502. */
 static void start(struct worker *worker, struct job *job) {
     struct upstream *up = worker->idle_count > 0 ? worker->idle[--worker->idle_count] : connect_upstream(worker);
-    if (up == NULL) { job->failed = 1; MHD_resume_connection(job->connection); return; }
-    up->job = job;
-    if (send(up->fd, request_text, sizeof request_text - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof request_text - 1)) {
-        finish(up, 1);
-        drop(worker, up);
+    if (up != NULL && send(up->fd, request_text, sizeof request_text - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof request_text - 1)) {
+        up->job = job;
+        return;
     }
+    if (up != NULL) drop(worker, up);
+    job->failed = 1;
+    if (!one_thread) MHD_resume_connection(job->connection);
 }
 
 static void readable(struct worker *worker, struct upstream *up) {
@@ -117,9 +128,14 @@ static void *run(void *argument) {
     struct worker *worker = argument;
     struct epoll_event events[64];
     for (;;) {
-        int n = epoll_wait(worker->epoll_fd, events, 64, -1);
+        int timeout = -1;
+        MHD_UNSIGNED_LONG_LONG next;
+        if (one_thread && MHD_get_timeout(worker->daemon, &next) == MHD_YES) timeout = next > 60000 ? 60000 : (int)next;
+        int n = epoll_wait(worker->epoll_fd, events, 64, timeout);
         for (int i = 0; i < n; i++) {
-            if (events[i].data.ptr == NULL) {
+            if (events[i].data.ptr == &daemon_mark) {
+                continue;   /* run below, with the connections resumed meanwhile */
+            } else if (events[i].data.ptr == NULL) {
                 uint64_t count;
                 if (read(worker->wake_fd, &count, sizeof count) < 0) continue;
                 pthread_mutex_lock(&worker->lock);
@@ -131,28 +147,34 @@ static void *run(void *argument) {
                 readable(worker, events[i].data.ptr);
             }
         }
+        if (one_thread) MHD_run(worker->daemon);
     }
     return NULL;
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
-    (void)cls; (void)url; (void)method; (void)version; (void)upload_data;
+    (void)url; (void)method; (void)version; (void)upload_data;
     struct job *job = *con_cls;
     if (job == NULL) { *con_cls = calloc(1, sizeof *job); return *con_cls ? MHD_YES : MHD_NO; }
     if (*upload_data_size != 0) { *upload_data_size = 0; return MHD_YES; }
     if (!job->dispatched) {
         job->dispatched = 1;
         job->connection = connection;
-        MHD_suspend_connection(connection);
-        struct worker *worker = &workers[__atomic_fetch_add(&turn, 1, __ATOMIC_RELAXED) % (unsigned long)worker_count];
-        pthread_mutex_lock(&worker->lock);
-        job->next = worker->queue;
-        worker->queue = job;
-        pthread_mutex_unlock(&worker->lock);
-        uint64_t one = 1;
-        if (write(worker->wake_fd, &one, sizeof one) < 0) return MHD_NO;
-        return MHD_YES;
+        if (one_thread) {
+            start(cls, job);
+            if (!job->failed) { MHD_suspend_connection(connection); return MHD_YES; }
+        } else {
+            MHD_suspend_connection(connection);
+            struct worker *worker = &workers[__atomic_fetch_add(&turn, 1, __ATOMIC_RELAXED) % (unsigned long)worker_count];
+            pthread_mutex_lock(&worker->lock);
+            job->next = worker->queue;
+            worker->queue = job;
+            pthread_mutex_unlock(&worker->lock);
+            uint64_t one = 1;
+            if (write(worker->wake_fd, &one, sizeof one) < 0) return MHD_NO;
+            return MHD_YES;
+        }
     }
     struct MHD_Response *response = job->failed
         ? MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT)
@@ -171,7 +193,8 @@ static void completed(void *cls, struct MHD_Connection *connection, void **con_c
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) { fprintf(stderr, "usage: mhd-proxy PORT UPSTREAM_PORT\n"); return 2; }
+    one_thread = argc == 4 && strcmp(argv[3], "--one-thread") == 0;
+    if (argc != 3 && !one_thread) { fprintf(stderr, "usage: mhd-proxy PORT UPSTREAM_PORT [--one-thread]\n"); return 2; }
     upstream_port = (uint16_t)atoi(argv[2]);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     worker_count = cores > 0 ? cores : 1;
@@ -185,10 +208,20 @@ int main(int argc, char **argv) {
         worker->wake_fd = eventfd(0, EFD_NONBLOCK);
         struct epoll_event event = { .events = EPOLLIN, .data.ptr = NULL };
         epoll_ctl(worker->epoll_fd, EPOLL_CTL_ADD, worker->wake_fd, &event);
+        if (one_thread) {
+            worker->daemon = MHD_start_daemon(
+                MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL, answer, worker,
+                MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(48 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
+            const union MHD_DaemonInfo *info = worker->daemon ? MHD_get_daemon_info(worker->daemon, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+            if (info == NULL) { fprintf(stderr, "MHD_start_daemon (epoll) failed\n"); return 1; }
+            struct epoll_event daemon_event = { .events = EPOLLIN, .data.ptr = &daemon_mark };
+            epoll_ctl(worker->epoll_fd, EPOLL_CTL_ADD, info->epoll_fd, &daemon_event);
+        }
         pthread_create(&worker->thread, NULL, run, worker);
     }
     /* One daemon per thread on one port (SO_REUSEPORT), as Portico runs one daemon per thread. */
-    for (long i = 0; i < worker_count; i++) {
+    for (long i = 0; i < worker_count && !one_thread; i++) {
         struct MHD_Daemon *daemon = MHD_start_daemon(
             MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)atoi(argv[1]), NULL, NULL,
             answer, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
