@@ -1,16 +1,20 @@
-# Sourced by bench/instructions and scripts/link-order: one nginx, one worker, serving bench/cpu's
-# 1 KiB JSON answer on / and the same answer with `Cache-Control: max-age=3600` on /cached.
+# Sourced by bench/cpu, bench/instructions, bench/urlsession-floor/run and scripts/link-order.
 #
-#   start_nginx_upstream WORK_DIR PORT   (appends nginx's pid to the caller's `pids` array)
-#   wait_for URL                         (up to 2 minutes: processes under valgrind start slowly)
+#   start_nginx WORK_DIR NAME HTTP_BLOCK  one nginx, one worker, in WORK_DIR/NAME, serving what
+#                                         HTTP_BLOCK (server and upstream blocks) says; appends
+#                                         its pid to the caller's `pids` array
+#   start_nginx_upstream WORK_DIR PORT    the benches' upstream: bench/cpu's 1 KiB JSON answer on
+#                                         /, the same with `Cache-Control: max-age=3600` on
+#                                         /cached; returns once it answers
+#   upstream_body                         that answer
+#   wait_for URL                          up to 2 minutes (processes under valgrind start slowly)
 
 upstream_body() {
   python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%d" % i} for i in range(40)]})[:1024])'
 }
 
-start_nginx_upstream() {
-  local dir=$1/nginx port=$2 body
-  body=$(upstream_body)
+start_nginx() {
+  local dir=$1/$2
   mkdir -p "$dir"
   cat > "$dir/nginx.conf" <<NGINX
 worker_processes 1;
@@ -21,13 +25,19 @@ http {
   access_log off;
   client_body_temp_path $dir/body; proxy_temp_path $dir/proxy;
   fastcgi_temp_path $dir/fcgi; uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
-  server { listen 127.0.0.1:$port; keepalive_requests 1000000;
-    location / { default_type application/json; return 200 '$body'; }
-    location = /cached { default_type application/json; add_header Cache-Control "max-age=3600"; return 200 '$body'; } }
+  $3
 }
 NGINX
   nginx -c "$dir/nginx.conf" -g 'daemon off;' & pids+=($!)
-  wait_for "http://127.0.0.1:$port/"
+}
+
+start_nginx_upstream() {
+  local body
+  body=$(upstream_body)
+  start_nginx "$1" upstream "server { listen 127.0.0.1:$2; keepalive_requests 1000000;
+    location / { default_type application/json; return 200 '$body'; }
+    location = /cached { default_type application/json; add_header Cache-Control \"max-age=3600\"; return 200 '$body'; } }"
+  wait_for "http://127.0.0.1:$2/"
 }
 
 wait_for() {
