@@ -298,7 +298,7 @@ private struct AccessCall {
             return queue(limits.refusalResponse(.shuttingDown, nil, nil), on: connection, isHead: isHead, draining: true,
                          context: context, core: core)
         }
-        let work: @Sendable () async -> ServerResponse
+        let work: HTTPServer.Work
         let requestID: String?
         switch core.answering(serverRequest) {
         case .now(let response):
@@ -318,7 +318,7 @@ private struct AccessCall {
     /// Runs `work` in a task for this request, answered by the server instead past `deadline`
     /// (the watchdog) or when the client leaves (libmicrohttpd does not poll a suspended
     /// connection: it is watched for here).
-    private func handOver(_ work: @escaping @Sendable () async -> ServerResponse, requestID: String?,
+    private func handOver(_ work: @escaping HTTPServer.Work, requestID: String?,
                           deadline: ContinuousClock.Instant, isHead: Bool, suspension: Suspension) {
         let pending = PendingResponse(suspension: suspension, deadline: deadline, isHead: isHead,
                                       requestID: requestID) { [weak core, timer = context.timer] pending in
@@ -328,7 +328,7 @@ private struct AccessCall {
         core.register(pending, timer: context.timer)
         pending.attach(Task(executorPreference: context.executor) {
             let response = await work()
-            pending.complete(response)
+            pending.complete(response, byWork: true)
         })
     }
 

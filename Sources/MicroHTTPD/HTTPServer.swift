@@ -24,8 +24,13 @@ public final class HTTPServer: Sendable {
         /// (the handler's own name for the request) is passed to `refusalResponse` when the
         /// server answers instead: past the deadline, or while stopping. For a request with a
         /// `streamedBody`, `upload` takes the body as it arrives (without one it is discarded).
-        case later(@Sendable () async -> ServerResponse, requestID: String? = nil, upload: (any RequestBodySink)? = nil)
+        case later(Work, requestID: String? = nil, upload: (any RequestBodySink)? = nil)
     }
+
+    /// The work that answers a request, run in a task of its own. It runs where that task does,
+    /// on the executor given by `ServerConfiguration.taskExecutors` (`nonisolated(nonsending)`:
+    /// no executor switch on the way in and out).
+    public typealias Work = nonisolated(nonsending) @Sendable () async -> ServerResponse
 
     /// Called on a libmicrohttpd thread for every complete request (for a streamed body, as
     /// soon as its head is in). It must not block or wait:

@@ -42,9 +42,11 @@ final class PendingResponse: Sendable {
     }
 
     /// Sets the response and resumes the connection, unless another answer came first;
-    /// `beforeResume` runs (for the winner only) just before the connection is resumed.
+    /// `beforeResume` runs (for the winner only) just before the connection is resumed. The
+    /// work's task is cancelled unless it is what answers (`byWork`): cancelling a task costs a
+    /// walk of its status records under a lock.
     @discardableResult
-    func complete(_ response: ServerResponse, beforeResume: () -> Void = {}) -> Bool {
+    func complete(_ response: ServerResponse, byWork: Bool = false, beforeResume: () -> Void = {}) -> Bool {
         let task: Task<Void, Never>?
         do {
             let won = state.withLock { state -> (Bool, Task<Void, Never>?) in
@@ -55,7 +57,7 @@ final class PendingResponse: Sendable {
             guard won.0 else { return false }
             task = won.1
         }
-        task?.cancel()
+        if !byWork { task?.cancel() }
         onComplete(self)
         beforeResume()
         suspension.resume()

@@ -1,5 +1,5 @@
 /// The next step in the chain: the middleware further in, or the route's endpoint.
-public typealias NextHandler = @Sendable (GatewayRequest, RequestContext) async throws -> GatewayResponse
+public typealias NextHandler = nonisolated(nonsending) @Sendable (GatewayRequest, RequestContext) async throws -> GatewayResponse
 
 /// One step of a route's chain. Transform the request, call `next`, transform the response —
 /// or answer early without calling `next`.
@@ -23,6 +23,7 @@ public typealias NextHandler = @Sendable (GatewayRequest, RequestContext) async 
 /// `next` is escaping so a middleware may keep calling it after answering (the cache's
 /// background refresh); implementations that only call it inline can declare it non-escaping.
 public protocol Middleware: Sendable {
+    nonisolated(nonsending)
     func handle(_ request: GatewayRequest, context: RequestContext, next: @escaping NextHandler) async throws -> GatewayResponse
 
     /// What this step is and, given a request, what it would do with it (`GET /routes`,
@@ -49,7 +50,7 @@ public protocol ImmediateMiddleware: Middleware {
 
 /// The endpoint a chain ends in: an upstream, or a direct response.
 public protocol Responder: Sendable {
-    func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
+    nonisolated(nonsending) func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
     /// The answer when it needs no waiting, under the rules of `ImmediateMiddleware`; `nil`
     /// (the default) sends the request through `respond`.
     func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse?
@@ -103,6 +104,7 @@ public struct MiddlewareChain: Responder {
         immediateEntry = immediate
     }
 
+    nonisolated(nonsending)
     public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         try await entry(request, context)
     }

@@ -105,13 +105,12 @@ public final class GatewayRuntime: Sendable {
             } else {
                 endpoint
             }
-            var built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
+            let built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
                               upstream: route.upstream, timeout: route.timeout,
+                              streamIdleTimeout: route.streamIdleTimeout, maxStreamDuration: route.maxStreamDuration,
                               inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
                               responder: MiddlewareChain(chain, endpoint: stripping).traced(by: tracing, route: route),
                               accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first)
-            built.streamIdleTimeout = route.streamIdleTimeout
-            built.maxStreamDuration = route.maxStreamDuration
             routes.append(built)
         }
         self.router = Router(routes: routes)

@@ -4,7 +4,7 @@ struct PrefixStripping: Responder {
     let prefix: String
     let endpoint: any Responder
 
-    func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+    nonisolated(nonsending) func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         try await endpoint.respond(to: stripped(request), context: context)
     }
 

@@ -1,35 +1,39 @@
 import HTTPTypes
 
-/// One configured route: how it matches, and the chain that answers it.
-public struct Route: Sendable {
-    public var name: String
-    public var matcher: Matcher
+/// One configured route: how it matches, and the chain that answers it. A class: every request
+/// carries its route through the chain, and a reference is one retain where a struct of these
+/// fields was a dozen.
+public final class Route: Sendable {
+    public let name: String
+    public let matcher: Matcher
     /// Removes the matched `path_prefix` before forwarding.
-    public var stripPrefix: Bool
+    public let stripPrefix: Bool
     /// The upstream's name, for proxy routes.
-    public var upstream: String?
+    public let upstream: String?
     /// Overrides the listener's request timeout.
-    public var timeout: Duration?
+    public let timeout: Duration?
     /// The longest silence between two chunks of a streamed body (`stream_idle_timeout`).
-    public var streamIdleTimeout: Duration = .seconds(60)
+    public let streamIdleTimeout: Duration
     /// The longest a streamed response may last (`max_stream_duration`); `nil`: no limit.
-    public var maxStreamDuration: Duration?
+    public let maxStreamDuration: Duration?
     /// The route's own cap on requests in flight, if any.
-    public var inFlight: InFlightLimit?
+    public let inFlight: InFlightLimit?
     /// The route's middleware around its endpoint.
-    public var responder: any Responder
+    public let responder: any Responder
     /// The outermost `access_log` of the route's chain: it also logs the requests the gateway
     /// refuses for this route before the chain runs (its `max_in_flight`).
-    public var accessLog: AccessLogMiddleware?
+    public let accessLog: AccessLogMiddleware?
 
     public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
-                timeout: Duration? = nil, inFlight: InFlightLimit? = nil, responder: any Responder,
-                accessLog: AccessLogMiddleware? = nil) {
+                timeout: Duration? = nil, streamIdleTimeout: Duration = .seconds(60), maxStreamDuration: Duration? = nil,
+                inFlight: InFlightLimit? = nil, responder: any Responder, accessLog: AccessLogMiddleware? = nil) {
         self.name = name
         self.matcher = matcher
         self.stripPrefix = stripPrefix
         self.upstream = upstream
         self.timeout = timeout
+        self.streamIdleTimeout = streamIdleTimeout
+        self.maxStreamDuration = maxStreamDuration
         self.inFlight = inFlight
         self.responder = responder
         self.accessLog = accessLog

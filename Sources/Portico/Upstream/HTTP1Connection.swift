@@ -132,7 +132,7 @@ struct HTTP1Connection: Sendable {
     /// cancelling the task while it waits closes the connection. A streamed request body is
     /// written part by part after the head, each write awaited (the socket's backpressure);
     /// if it fails, the connection is closed.
-    func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
+    nonisolated(nonsending) func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         let channel = self.channel
         guard let upload = exchange.upload else {
             // One suspension: the request starts at once when this task runs on the connection's
@@ -175,17 +175,20 @@ struct HTTP1Connection: Sendable {
 
     /// Hands `exchange` to the connection's handler. On the channel's event loop.
     private func start(_ exchange: HTTP1Exchange, promise: EventLoopPromise<HTTP1Response>) {
-        guard let handler = handler.value else {
-            promise.fail(UpstreamError.connectionClosed("pooled connection no longer usable"))
-            return
-        }
-        handler.execute(exchange, promise: promise)
+        start(exchange, complete: promise.completeWith)
     }
 
+    /// The same, answering the waiting task straight from the handler: no promise and future between.
     private func start(_ exchange: HTTP1Exchange, answering continuation: CheckedContinuation<HTTP1Response, any Error>) {
-        let promise = channel.eventLoop.makePromise(of: HTTP1Response.self)
-        promise.futureResult.whenComplete { continuation.resume(with: $0) }
-        start(exchange, promise: promise)
+        start(exchange, complete: { continuation.resume(with: $0) })
+    }
+
+    private func start(_ exchange: HTTP1Exchange, complete: @escaping HTTP1ExchangeHandler.Completion) {
+        guard let handler = handler.value else {
+            complete(.failure(UpstreamError.connectionClosed("pooled connection no longer usable")))
+            return
+        }
+        handler.execute(exchange, complete: complete)
     }
 
     var isActive: Bool { channel.isActive }

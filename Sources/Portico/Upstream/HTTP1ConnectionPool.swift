@@ -67,7 +67,7 @@ final class HTTP1ConnectionPool: Sendable {
     /// One exchange on a pooled (or new) connection. Errors are `UpstreamError` where a kind
     /// applies; cancellation closes the connection in use and rethrows. A response whose body
     /// streams keeps its connection until the body has ended (or failed).
-    func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
+    nonisolated(nonsending) func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         // Waiting for a connection counts as connecting, and stops at the exchange's deadline.
         var wait = Wait(limit: .now() + TimeAmount(configuration.connectTimeout), failure: .connectTimeout)
         if let deadline = exchange.deadline, deadline < wait.limit { wait = Wait(limit: deadline, failure: .timeout) }
@@ -129,7 +129,7 @@ final class HTTP1ConnectionPool: Sendable {
     /// Takes a slot: with an open idle connection (the most recently used one on the caller's
     /// event loop, else the most recently used one), or `nil` when the caller may open a new one.
     /// Without a free slot, waits up to `connectTimeout` for one.
-    private func lease(_ wait: Wait) async throws -> HTTP1Connection? {
+    nonisolated(nonsending) private func lease(_ wait: Wait) async throws -> HTTP1Connection? {
         enum Outcome { case pooled(HTTP1Connection), connect, wait, shutDown }
         var stale: [HTTP1Connection] = []
         let now = NIODeadline.now()

@@ -18,28 +18,38 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     typealias OutboundIn = HTTPClientRequestPart
     typealias OutboundOut = HTTPClientRequestPart
 
+    /// Who hears an exchange's response (or its failure): exactly once.
+    typealias Completion = (Result<HTTP1Response, any Error>) -> Void
+
+    /// The exchange in progress: only what its response needs (the request itself is written
+    /// by then). Kept in `exchange` and changed in place, not copied per part: every copy of it
+    /// retains each of its references.
     private struct Exchange {
-        var request: HTTP1Exchange
-        var promise: EventLoopPromise<HTTP1Response>
-        var requestAsksClose: Bool
+        /// `nil` once called (a streamed response's head has been handed on).
+        var complete: Completion?
+        let limit: Int
+        let requestIsHead: Bool
+        let makeRelay: HTTP1Exchange.RelayFactory?
+        let requestAsksClose: Bool
         var head: HTTPResponseHead?
         var body: ByteBuffer?
         /// Once the response streams: where its parts go, and what hears how it ended
         /// (`true`: the connection may be reused).
         var relay: StreamedResponseRelay?
         var finished: EventLoopPromise<Bool>?
-        var limit: Int { request.limit }
     }
 
     private enum State {
         /// Waiting for TCP (and the TLS handshake, when `awaitsHandshake`).
         case connecting(EventLoopPromise<Void>)
         case idle
-        case exchanging(Exchange)
+        /// `exchange` holds it.
+        case exchanging
         case closed
     }
 
     private var state: State
+    private var exchange: Exchange?
     /// Succeeds once the connection can carry a request.
     let ready: EventLoopFuture<Void>
     private let awaitsHandshake: Bool
@@ -47,7 +57,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     private var handshakeTimeout: Scheduled<Void>?
     /// The exchange's deadline (`HTTP1Exchange.deadline`): until the head of a streamed
     /// response, or the end of a buffered one.
-    private var exchangeTimeout: Scheduled<Void>?
+    private var exchangeTimeout: NIOScheduledCallback?
     /// A streamed response's reader is a high water behind: reads wait (held here, so TLS and
     /// the decoder see them in order when they go on).
     private var readsPaused = false
@@ -72,23 +82,29 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         }
     }
 
-    /// Sends one request; `promise` gets the response (or the failure). With a streamed
+    /// Sends one request; `complete` gets the response (or the failure), once. With a streamed
     /// request body only the head is written here: the caller writes the body parts and the
     /// end, and the connection is not reused afterwards (the response may end before the upload).
-    func execute(_ request: HTTP1Exchange, promise: EventLoopPromise<HTTP1Response>) {
+    func execute(_ request: HTTP1Exchange, complete: @escaping Completion) {
         guard case .idle = state, let context, context.channel.isActive else {
             // A TLS 1.3 server refuses a client certificate after the handshake: its alert can
             // close a new connection before the first request; that reason is the answer.
-            promise.fail(closedBy.map { Self.kind(of: $0, afterHead: false, limit: 0) }
-                         ?? UpstreamError.connectionClosed("pooled connection no longer usable"))
+            complete(.failure(closedBy.map { Self.kind(of: $0, afterHead: false, limit: 0) }
+                              ?? UpstreamError.connectionClosed("pooled connection no longer usable")))
             return
         }
         let head = request.head
-        let asksClose = !head.isKeepAlive || request.upload != nil
-        state = .exchanging(Exchange(request: request, promise: promise, requestAsksClose: asksClose))
+        state = .exchanging
+        exchange = Exchange(complete: complete, limit: request.limit, requestIsHead: request.requestIsHead,
+                            makeRelay: request.makeRelay,
+                            requestAsksClose: !head.isKeepAlive || request.upload != nil)
         if let deadline = request.deadline {
-            exchangeTimeout = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
-                fail(UpstreamError.timeout)
+            // A callback, not `scheduleTask`: no promise and future made (and dropped) per request.
+            do {
+                exchangeTimeout = try context.eventLoop.assumeIsolated().scheduleCallback(at: deadline, handler: self)
+            } catch {
+                fail(error)  // the loop is shutting down
+                return
             }
         }
         guard request.upload == nil else {
@@ -129,35 +145,35 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .exchanging(var exchange) = state else {
+        guard case .exchanging = state, exchange != nil else {
             // Bytes nobody asked for: the connection cannot be trusted to frame the next response.
             context.close(promise: nil)
             return
         }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            exchange.head = head  // 1xx never arrive: the decoder drops them
-            var plan = ResponseBodyPlan(head: head, requestIsHead: exchange.request.requestIsHead, limit: exchange.limit)
-            if case .stream = plan, exchange.request.makeRelay == nil { plan = .buffer }
+            exchange!.head = head  // 1xx never arrive: the decoder drops them
+            let limit = exchange!.limit
+            var plan = ResponseBodyPlan(head: head, requestIsHead: exchange!.requestIsHead, limit: limit)
+            if case .stream = plan, exchange!.makeRelay == nil { plan = .buffer }
             switch plan {
             case .buffer:
-                state = .exchanging(exchange)
+                break
             case .tooLarge:
-                fail(UpstreamError.responseTooLarge(limit: exchange.limit))
+                fail(UpstreamError.responseTooLarge(limit: limit))
             case .stream(let length):
-                exchangeTimeout?.cancel()
-                exchangeTimeout = nil
+                cancelExchangeTimeout()
                 let channel = context.channel
-                let relay = exchange.request.makeRelay!(length) { channel.close(promise: nil) }
+                let relay = exchange!.makeRelay!(length) { channel.close(promise: nil) }
                 let finished = context.eventLoop.makePromise(of: Bool.self)
-                exchange.relay = relay
-                exchange.finished = finished
-                state = .exchanging(exchange)
-                exchange.promise.succeed(HTTP1Response(head: head, body: ByteBuffer(), stream: relay.stream, reusable: false,
-                                                       finished: finished.futureResult))
+                exchange!.relay = relay
+                exchange!.finished = finished
+                let complete = exchange!.complete.take()
+                complete?(.success(HTTP1Response(head: head, body: ByteBuffer(), stream: relay.stream, reusable: false,
+                                                 finished: finished.futureResult)))
             }
         case .body(let part):
-            if let relay = exchange.relay {
+            if let relay = exchange!.relay {
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
                 switch relay.deliver(part, resume: { handler.eventLoop.execute { handler.value.resumeReads() } }) {
                 case .proceed: break
@@ -166,33 +182,32 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 }
                 return
             }
-            let collected = exchange.body?.readableBytes ?? 0
-            guard collected + part.readableBytes <= exchange.limit else {
-                fail(UpstreamError.responseTooLarge(limit: exchange.limit))
+            let collected = exchange!.body?.readableBytes ?? 0
+            guard collected + part.readableBytes <= exchange!.limit else {
+                fail(UpstreamError.responseTooLarge(limit: exchange!.limit))
                 return
             }
-            if exchange.body == nil {
-                exchange.body = part
+            if exchange!.body == nil {
+                exchange!.body = part
             } else {
-                exchange.body!.writeImmutableBuffer(part)
+                exchange!.body!.writeImmutableBuffer(part)
             }
-            state = .exchanging(exchange)
         case .end:
-            guard let head = exchange.head else {
+            guard let head = exchange!.head else {
                 fail(UpstreamError.protocolError("no response head"))
                 return
             }
-            exchangeTimeout?.cancel()
-            exchangeTimeout = nil
-            let reusable = head.isKeepAlive && !exchange.requestAsksClose && context.channel.isActive
+            cancelExchangeTimeout()
+            let ended = exchange.take()!
+            let reusable = head.isKeepAlive && !ended.requestAsksClose && context.channel.isActive
             state = reusable ? .idle : .closed
             if !reusable { context.close(promise: nil) }
-            if let relay = exchange.relay {
+            if let relay = ended.relay {
                 resumeReads()
                 relay.finish()
-                exchange.finished?.succeed(reusable)
+                ended.finished?.succeed(reusable)
             } else {
-                exchange.promise.succeed(HTTP1Response(head: head, body: exchange.body ?? ByteBuffer(), reusable: reusable))
+                ended.complete?(.success(HTTP1Response(head: head, body: ended.body ?? ByteBuffer(), reusable: reusable)))
             }
         }
     }
@@ -208,8 +223,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         switch state {
         case .connecting:
             fail(UpstreamError.connectFailed("connection closed during the TLS handshake"))
-        case .exchanging(let exchange):
-            fail(exchange.head == nil ? UpstreamError.connectionClosed("remote closed the connection")
+        case .exchanging:
+            fail(exchange?.head == nil ? UpstreamError.connectionClosed("remote closed the connection")
                                       : UpstreamError.connectionClosed("closed before the body was complete"))
         case .idle, .closed:
             state = .closed
@@ -243,20 +258,20 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// Fails whatever waits (the connect or the exchange) and closes the connection.
     private func fail(_ error: any Error) {
         let previous = state
+        let failed = exchange.take()
         state = .closed
         handshakeTimeout?.cancel()
-        exchangeTimeout?.cancel()
-        exchangeTimeout = nil
+        cancelExchangeTimeout()
         switch previous {
         case .connecting(let ready):
             ready.fail(Self.kind(of: error, afterHead: false, limit: 0))
-        case .exchanging(let exchange):
-            if let relay = exchange.relay {
+        case .exchanging:
+            if let failed, let relay = failed.relay {
                 // The response was handed on at its head: its reader hears of the failure.
                 relay.fail(error)
-                exchange.finished?.succeed(false)
-            } else {
-                exchange.promise.fail(Self.kind(of: error, afterHead: exchange.head != nil, limit: exchange.limit))
+                failed.finished?.succeed(false)
+            } else if let failed {
+                failed.complete?(.failure(Self.kind(of: error, afterHead: failed.head != nil, limit: failed.limit)))
             }
         case .idle, .closed:
             if closedBy == nil { closedBy = error }
@@ -264,10 +279,24 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         context?.close(promise: nil)
     }
 
+    private func cancelExchangeTimeout() {
+        exchangeTimeout?.cancel()
+        exchangeTimeout = nil
+    }
+
     /// The `UpstreamError` for `error` (`NIOUpstream.classify`); cancellation as is.
     static func kind(of error: any Error, afterHead: Bool, limit: Int) -> any Error {
         if let kind = NIOUpstream.classify(error, afterHead: afterHead, limit: limit) { return kind }
         return error
+    }
+}
+
+extension HTTP1ExchangeHandler: NIOScheduledCallbackHandler {
+    /// The exchange's deadline (`HTTP1Exchange.deadline`) has passed.
+    func handleScheduledCallback(eventLoop: some EventLoop) {
+        exchangeTimeout = nil
+        guard case .exchanging = state else { return }
+        fail(UpstreamError.timeout)
     }
 }
 
@@ -286,7 +315,9 @@ struct HTTP1Exchange: Sendable {
     var requestIsHead: Bool
     /// The relay for a response body that streams, given its declared length and how to
     /// cancel the exchange (close the connection); `nil`: every body is collected whole.
-    var makeRelay: (@Sendable (_ length: Int?, _ cancel: @escaping @Sendable () -> Void) -> StreamedResponseRelay)?
+    var makeRelay: RelayFactory?
+
+    typealias RelayFactory = @Sendable (_ length: Int?, _ cancel: @escaping @Sendable () -> Void) -> StreamedResponseRelay
 }
 
 /// One upstream response: collected whole, or with a streamed body still flowing.

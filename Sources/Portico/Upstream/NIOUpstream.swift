@@ -46,7 +46,7 @@ final class NIOUpstream: UpstreamClient {
         }
     }
 
-    func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+    nonisolated(nonsending) func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         var fields = Self.requestFields(request, config: config, upstreamHost: target.authority)
         let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? $0 : nil }
         // A streamed request body goes up as it arrives (see `UpstreamUpload` for its timeouts).
@@ -144,7 +144,9 @@ final class NIOUpstream: UpstreamClient {
     static func makeResponse(_ head: HTTPResponseHead, body: Body) -> GatewayResponse {
         let fields = ForwardingHeaders.clientResponseFields(
             converting: head.headers.lazy.compactMap { name, value in HTTPField.Name.received(name).map { ($0, value) } },
-            connectionValues: head.headers["connection"], count: head.headers.count)
+            // Not `head.headers["connection"]`, which makes an array of the values for every response.
+            connectionValues: head.headers.lazy.filter { HTTPSyntax.equalsIgnoringCase($0.name, "connection") }.map(\.value),
+            count: head.headers.count)
         return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)), headerFields: fields, body: body)
     }
 

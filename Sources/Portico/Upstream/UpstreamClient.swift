@@ -9,7 +9,7 @@ import Logging
 /// one error type; task cancellation is rethrown as `CancellationError`.
 public protocol UpstreamClient: Sendable {
     var config: UpstreamConfig { get }
-    func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
+    nonisolated(nonsending) func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
     /// Cancels in-flight exchanges and releases connections. Call once, after the last `send`.
     func shutdown() async
 }

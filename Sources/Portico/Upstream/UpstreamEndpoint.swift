@@ -12,7 +12,7 @@ public struct UpstreamEndpoint: Responder {
         self.metrics = metrics ?? UpstreamMetrics(upstream: client.config.name)
     }
 
-    public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+    nonisolated(nonsending) public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         let start = context.clock.now
         var failure: String?
         defer {
