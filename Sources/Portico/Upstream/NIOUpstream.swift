@@ -144,9 +144,7 @@ final class NIOUpstream: UpstreamClient {
     static func makeResponse(_ head: HTTPResponseHead, body: Body) -> GatewayResponse {
         let fields = ForwardingHeaders.clientResponseFields(
             converting: head.headers.lazy.compactMap { name, value in HTTPField.Name.received(name).map { ($0, value) } },
-            // Not `head.headers["connection"]`, which makes an array of the values for every response.
-            connectionValues: head.headers.lazy.filter { HTTPSyntax.equalsIgnoringCase($0.name, "connection") }.map(\.value),
-            count: head.headers.count)
+            connectionValues: head.headers["connection"], count: head.headers.count)
         return GatewayResponse(status: HTTPResponse.Status(code: Int(head.status.code)), headerFields: fields, body: body)
     }
 
