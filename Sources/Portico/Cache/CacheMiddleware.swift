@@ -482,13 +482,14 @@ public struct CacheMiddleware: ImmediateMiddleware {
     /// sent right after a successful validation.
     private func serve(_ entry: CacheEntry, to request: GatewayRequest, context: RequestContext, validated: Bool,
                        status: CacheStatus) -> GatewayResponse {
-        // Built once, sized for what is added: a hit is mostly this copy.
-        var fields = HTTPFields()
-        fields.reserveCapacity(entry.headerFields.count + 3)
+        // The stored fields shared, then copied once (with room for what is added) by the
+        // first change: a hit is mostly this copy, not a field-by-field rebuild.
+        var fields = entry.headerFields
         let withheld = validated ? [] : entry.freshness.noCacheFields.compactMap { HTTPField.Name($0) }
-        for field in entry.headerFields where field.name != .age && !withheld.contains(field.name) {
-            fields.append(field)
+        if !withheld.isEmpty || fields.contains(where: { $0.name == .age }) {
+            fields.removeAll { $0.name == .age || withheld.contains($0.name) }
         }
+        fields.reserveCapacity(fields.count + 3)
         let age = entry.age(at: context.clock.now).components.seconds
         fields.append(HTTPField(name: .age, value: String(max(0, age))))
         let notModified = entry.status == .ok && ConditionalRequest.isConditional(request.headerFields)

@@ -66,9 +66,10 @@ public struct CacheStatus: Sendable, Equatable {
         value.reserveCapacity(64)
         value += Self.cacheName
         if forward == nil, outcome == .hit || outcome == .stale { value += "; hit" }
-        if let forward { value += "; fwd=\(forward.rawValue)" }
-        if let forwardStatus { value += "; fwd-status=\(forwardStatus)" }
-        if let ttl { value += "; ttl=\(ttl)" }
+        // Appended piece by piece: an interpolation builds a string of its own first.
+        if let forward { value += "; fwd="; value += forward.rawValue }
+        if let forwardStatus { value += "; fwd-status="; value += String(forwardStatus) }
+        if let ttl { value += "; ttl="; value += String(ttl) }
         if stored { value += "; stored" }
         if collapsed { value += "; collapsed" }
         if let detail { value += "; detail=\(detail)" }
