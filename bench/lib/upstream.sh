@@ -1,4 +1,4 @@
-# Sourced by bench/cpu, bench/instructions, bench/urlsession-floor/run and scripts/link-order.
+# Sourced by bench/run, bench/cpu, bench/instructions, bench/urlsession-floor/run and scripts/link-order.
 #
 #   start_nginx WORK_DIR NAME HTTP_BLOCK  one nginx, one worker, in WORK_DIR/NAME, serving what
 #                                         HTTP_BLOCK (server and upstream blocks) says; appends
