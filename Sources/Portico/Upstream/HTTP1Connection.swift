@@ -153,7 +153,7 @@ struct HTTP1Connection: Sendable {
         return try await withTaskCancellationHandler {
             let response = try await channel.eventLoop.submit {
                 let promise = channel.eventLoop.makePromise(of: HTTP1Response.self)
-                start(exchange, promise: promise)
+                start(exchange, complete: promise.completeWith)
                 return promise.futureResult
             }.get()
             // After the head was queued on the event loop, so the parts follow it.
@@ -173,16 +173,12 @@ struct HTTP1Connection: Sendable {
         }
     }
 
-    /// Hands `exchange` to the connection's handler. On the channel's event loop.
-    private func start(_ exchange: HTTP1Exchange, promise: EventLoopPromise<HTTP1Response>) {
-        start(exchange, complete: promise.completeWith)
-    }
-
-    /// The same, answering the waiting task straight from the handler: no promise and future between.
+    /// `start`, answering the waiting task straight from the handler: no promise and future between.
     private func start(_ exchange: HTTP1Exchange, answering continuation: CheckedContinuation<HTTP1Response, any Error>) {
         start(exchange, complete: { continuation.resume(with: $0) })
     }
 
+    /// Hands `exchange` to the connection's handler. On the channel's event loop.
     private func start(_ exchange: HTTP1Exchange, complete: @escaping HTTP1ExchangeHandler.Completion) {
         guard let handler = handler.value else {
             complete(.failure(UpstreamError.connectionClosed("pooled connection no longer usable")))
