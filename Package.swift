@@ -72,9 +72,11 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
+        // Which threads take each lock on the request path (the confinement test of issue #33).
+        .target(name: "LockAudit", swiftSettings: strict),
         .target(
             name: "MicroHTTPD",
-            dependencies: ["CMicroHTTPD"],
+            dependencies: ["CMicroHTTPD", "LockAudit"],
             swiftSettings: strict
         ),
         // A small Redis client on SwiftNIO (RESP3/RESP2, pool, TLS): what shared rate limits need.
@@ -92,6 +94,7 @@ let package = Package(
             name: "Portico",
             dependencies: [
                 "MicroHTTPD",
+                "LockAudit",
                 "CZlib",
                 "RedisClient",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -182,6 +185,7 @@ let package = Package(
             name: "PorticoTests",
             dependencies: [
                 "Portico",
+                "LockAudit",
                 "PorticoTesting",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
@@ -197,6 +201,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "Portico",
+                "LockAudit",
                 "PorticoTesting",
                 "RedisClient",
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -40,7 +40,7 @@ public final class GatewayServer: Sendable {
         configuration.address = listen.address
         configuration.port = UInt16(clamping: listen.port)
         configuration.threads = listen.threads
-        configuration.taskExecutors = EventLoopTaskExecutor.perLoop
+        configuration.taskExecutors = EventLoops.shared.executors
         configuration.connectionLimit = connectionLimit(listen.connectionLimit, logger: logger)
         configuration.idleTimeout = listen.idleTimeout
         configuration.headerTimeout = listen.headerTimeout
