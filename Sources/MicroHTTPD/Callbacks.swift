@@ -5,11 +5,11 @@ import Glibc
 #endif
 
 // The C callbacks. Each finds its Swift objects through `Unmanaged` context pointers: the
-// `ServerCore` (unretained; it outlives the daemon) and the `ConnectionContext` (retained from
+// daemon thread's `DaemonShard` (unretained; the server owns it and outlives the daemon) and the `ConnectionContext` (retained from
 // the connection's start notification until its close notification).
 
-private func server(_ cls: UnsafeMutableRawPointer?) -> ServerCore {
-    Unmanaged<ServerCore>.fromOpaque(cls!).takeUnretainedValue()
+private func shard(_ cls: UnsafeMutableRawPointer?) -> DaemonShard {
+    Unmanaged<DaemonShard>.fromOpaque(cls!).takeUnretainedValue()
 }
 
 private func connectionContext(_ connection: OpaquePointer?) -> ConnectionContext? {
@@ -29,11 +29,11 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
                     ? String(cString: buffer.baseAddress!) : nil
             }
         } ?? ""
-        let core = server(cls)
+        let core = shard(cls)
         let socket = connection.map { portico_mhd_connection_fd($0) } ?? -1
         let timer = ConnectionTimer(deadline: .now + core.configuration.headerTimeout)
         let context = ConnectionContext(clientAddress: client, timer: timer, suspension: connection.map { Suspension(connection: $0) },
-                                        executor: core.nextExecutor())
+                                        shard: core)
         let handle = connection.map {
             ConnectionHandle(connection: $0, context: Unmanaged.passUnretained(context), socket: socket, thread: pthread_self())
         }
@@ -51,7 +51,7 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
         let context = Unmanaged<ConnectionContext>.fromOpaque(raw).takeRetainedValue()
         context.suspension?.close()
         context.timer.markClosed()
-        let core = server(cls)
+        let core = shard(cls)
         core.closed(context.timer)
         core.released(context)
         socketContext.pointee = nil
@@ -67,7 +67,7 @@ let mhdURILog: portico_uri_log_callback = { cls, uri, connection in
     let now = ContinuousClock.now
     context.request = RequestInProgress(target: target, startedAt: now)
     context.suspension?.reset()
-    context.timer.tighten(to: now + server(cls).configuration.headerTimeout)
+    context.timer.tighten(to: now + shard(cls).configuration.headerTimeout)
     return Unmanaged.passUnretained(context).toOpaque()
 }
 
@@ -75,7 +75,7 @@ let mhdURILog: portico_uri_log_callback = { cls, uri, connection in
 let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, termination in
     guard let context = connectionContext(connection) else { return }
     context.request = nil
-    let core = server(cls)
+    let core = shard(cls)
     if let upload = context.upload {
         // The connection failed mid-body (the client left, or was too slow).
         context.upload = nil
@@ -101,7 +101,7 @@ let mhdLogSink: portico_log_sink = { cls, message in
     guard let message else { return }
     var text = String(cString: message)
     while text.last == "\n" { text.removeLast() }
-    server(cls).libraryLog(text)
+    shard(cls).libraryLog(text)
 }
 
 /// MHD's access handler, called for each step of a request: the head is in, a body chunk, the
@@ -109,7 +109,7 @@ let mhdLogSink: portico_log_sink = { cls, message in
 /// `AccessCall`.
 let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, _ in
     guard let connection, let uploadDataSize else { return portico_no }
-    let core = server(cls)
+    let core = shard(cls)
     guard let context = connectionContext(connection) else { return portico_no }
 
     let request: RequestInProgress
@@ -130,7 +130,7 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method
 
 /// One call of the access handler for a request being read, on the connection's own thread.
 private struct AccessCall {
-    let core: ServerCore
+    let core: DaemonShard
     let context: ConnectionContext
     let connection: OpaquePointer
     let request: RequestInProgress
@@ -181,7 +181,7 @@ private struct AccessCall {
         }
         let serverRequest = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
                                           clientAddress: context.clientAddress, streamedBody: .init(length: length),
-                                          deadline: deadline)
+                                          deadline: deadline, thread: core.index)
         let timer = context.timer
         let silence = limits.requestTimeout
         switch core.answering(serverRequest) {
@@ -224,7 +224,7 @@ private struct AccessCall {
         if let response = pending.response {
             core.released(context)
             return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
-                         draining: core.isDraining, context: context, core: core)
+                         draining: core.lifecycle.isDraining, context: context, core: core)
         }
         // Waiting for the answer; a wake that came first makes libmicrohttpd call again at once.
         context.suspension?.suspend()
@@ -289,7 +289,8 @@ private struct AccessCall {
     func requestComplete() -> MHD_Result {
         let isHead = method == "HEAD"
         let serverRequest = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
-                                          clientAddress: context.clientAddress, body: request.body, deadline: deadline)
+                                          clientAddress: context.clientAddress, body: request.body, deadline: deadline,
+                                          thread: core.index)
         request.body = []
         // Counted as suspended before it is: `stop` must never find none while one is being
         // suspended. Admitted before the handler runs, so work it returns is always run.
@@ -304,7 +305,7 @@ private struct AccessCall {
         case .now(let response):
             core.withdraw()
             return queue(fitted(response, after: request, core: core), on: connection, isHead: isHead,
-                         draining: core.isDraining, context: context, core: core)
+                         draining: core.lifecycle.isDraining, context: context, core: core)
         case .later(let later, let id, _):
             work = later
             requestID = id
@@ -320,22 +321,14 @@ private struct AccessCall {
     /// connection: it is watched for here).
     private func handOver(_ work: @escaping HTTPServer.Work, requestID: String?,
                           deadline: ContinuousClock.Instant, isHead: Bool, suspension: Suspension) {
-        let pending = PendingResponse(suspension: suspension, deadline: deadline, isHead: isHead,
-                                      requestID: requestID) { [weak core, timer = context.timer] pending in
-            core?.completed(pending, timer: timer)
-        }
-        context.pending = pending
-        core.register(pending, timer: context.timer)
-        pending.attach(Task(executorPreference: context.executor) {
-            let response = await work()
-            pending.complete(response, byWork: true)
-        })
+        core.handOver(work, requestID: requestID, deadline: deadline, isHead: isHead, suspension: suspension,
+                      context: context)
     }
 
     /// Answers a request refused once its head is read, giving the renderer the head as received.
     private func refuse(_ refusal: ServerRefusal) -> MHD_Result {
         let received = ServerRequest(method: method, target: request.target, version: version, headers: request.headers,
-                                     clientAddress: context.clientAddress, deadline: deadline)
+                                     clientAddress: context.clientAddress, deadline: deadline, thread: core.index)
         return queue(limits.refusalResponse(refusal, received, nil), on: connection, isHead: false, draining: true,
                      context: context, core: core)
     }
@@ -358,7 +351,7 @@ private let collectHeader: MHD_KeyValueIteratorN = { cls, _, key, keySize, value
 
 /// `response`, or a 502 when its head would not fit in the connection memory its request's head
 /// left: libmicrohttpd would close the connection without a word.
-private func fitted(_ response: ServerResponse, after request: RequestInProgress?, core: ServerCore) -> ServerResponse {
+private func fitted(_ response: ServerResponse, after request: RequestInProgress?, core: DaemonShard) -> ServerResponse {
     let limits = core.configuration
     // libmicrohttpd keeps a record of about 56 bytes per request field; 4 KiB for the rest.
     let used = (request?.headBytes ?? 0) + (request?.headers.count ?? 0) * 64 + 4096
@@ -372,7 +365,7 @@ private func fitted(_ response: ServerResponse, after request: RequestInProgress
 
 /// Builds the libmicrohttpd response and queues it. Every C call's result is checked.
 private func queue(_ response: ServerResponse, on connection: OpaquePointer, isHead: Bool, draining: Bool,
-                   context: ConnectionContext, core: ServerCore) -> MHD_Result {
+                   context: ConnectionContext, core: DaemonShard) -> MHD_Result {
     var status = response.status
     var payload = response.payload
     if !(100...599).contains(status) {

@@ -22,14 +22,15 @@ final class ConnectionContext {
     let timer: ConnectionTimer
     /// Suspends and resumes this connection (`nil` only without a connection pointer).
     let suspension: Suspension?
-    /// Where this connection's handler tasks run (`nil`: the global concurrent executor).
-    let executor: (any TaskExecutor)?
+    /// The daemon thread's share of the server this connection belongs to (its handler tasks
+    /// run on the shard's paired executor).
+    let shard: DaemonShard
 
-    init(clientAddress: String, timer: ConnectionTimer, suspension: Suspension?, executor: (any TaskExecutor)?) {
+    init(clientAddress: String, timer: ConnectionTimer, suspension: Suspension?, shard: DaemonShard) {
         self.clientAddress = clientAddress
         self.timer = timer
         self.suspension = suspension
-        self.executor = executor
+        self.shard = shard
     }
 }
 
@@ -89,17 +90,24 @@ final class RequestInProgress {
 /// How long a connection may take to deliver what it owes: its request head, or its body.
 /// libmicrohttpd's own timeout is for inactivity, which a client sending a byte now and then
 /// (slowloris) never triggers; the watchdog checks these deadlines and shuts such sockets down.
+///
+/// The deadline is re-armed several times a request on the connection's own thread and read by
+/// its shard's watchdog, so it is an atomic; the lock guards only the duplicate descriptor's
+/// life (taken when the connection opens and closes, when it expires, and for the hang-up
+/// watch), never per request.
 final class ConnectionTimer: Sendable {
-    enum Phase: Sendable {
+    enum Phase: Int, Sendable {
         /// Waiting for a request head (from accept, or after the previous response).
         case head
         /// The head arrived; waiting for the body.
         case body
     }
 
-    private struct State {
-        var deadline: ContinuousClock.Instant?
-        var phase: Phase = .head
+    /// `MonotonicTime` nanoseconds; `MonotonicTime.never` for none.
+    private let deadline: Atomic<Int64>
+    private let phase = Atomic<Int>(Phase.head.rawValue)
+
+    private struct Descriptor {
         var closed = false
         /// Our own duplicate of the connection's descriptor (or -1), closed when the connection
         /// closes. Shutting it down shuts the socket down for libmicrohttpd too, and since the
@@ -109,14 +117,14 @@ final class ConnectionTimer: Sendable {
         var hangUpWatch: HangUpWatch?
     }
 
-    private let state: Mutex<State>
+    private let descriptor = Mutex(Descriptor())
 
     init(deadline: ContinuousClock.Instant) {
-        self.state = Mutex(State(deadline: deadline))
+        self.deadline = Atomic(MonotonicTime.nanoseconds(deadline))
     }
 
     deinit {
-        state.withLock { state in
+        descriptor.withLock { state in
             if !state.closed && state.socket >= 0 { close(state.socket) }
         }
     }
@@ -126,7 +134,7 @@ final class ConnectionTimer: Sendable {
     func watch(_ socket: Int32) {
         guard socket >= 0 else { return }
         let duplicate = dup(socket)
-        state.withLock { state in
+        descriptor.withLock { state in
             if state.closed {
                 if duplicate >= 0 { close(duplicate) }
             } else {
@@ -137,27 +145,29 @@ final class ConnectionTimer: Sendable {
 
     /// Sets (or with `nil`, clears) the deadline for `phase`.
     func arm(_ phase: Phase, until deadline: ContinuousClock.Instant?) {
-        state.withLock { state in
-            state.phase = phase
-            state.deadline = deadline
-        }
+        self.phase.store(phase.rawValue, ordering: .relaxed)
+        self.deadline.store(deadline.map(MonotonicTime.nanoseconds) ?? MonotonicTime.never, ordering: .relaxed)
     }
 
     /// Brings the deadline forward to `deadline` if it is later (a request line arrived).
     func tighten(to deadline: ContinuousClock.Instant) {
-        state.withLock { state in
-            if let current = state.deadline, current <= deadline { return }
-            state.deadline = deadline
+        let wanted = MonotonicTime.nanoseconds(deadline)
+        var current = self.deadline.load(ordering: .relaxed)
+        // No deadline (`never`) counts as the latest: it is set.
+        while current > wanted {
+            let (exchanged, found) = self.deadline.compareExchange(expected: current, desired: wanted, ordering: .relaxed)
+            if exchanged { return }
+            current = found
         }
     }
 
     /// The connection is over (its close notification, or the server stopped): no more deadline,
     /// and the duplicate descriptor is closed.
     func markClosed() {
-        state.withLock { state in
+        deadline.store(MonotonicTime.never, ordering: .relaxed)
+        descriptor.withLock { state in
             guard !state.closed else { return }
             state.closed = true
-            state.deadline = nil
             if state.socket >= 0 {
                 // Out of the epoll set first: closing our duplicate would not remove it.
                 if let watch = state.hangUpWatch { removeFromEpoll(watch, socket: state.socket) }
@@ -169,7 +179,7 @@ final class ConnectionTimer: Sendable {
 
     /// Adds the descriptor to `watch`'s epoll set with `token`, unless the connection is closed.
     func watchHangUp(in watch: HangUpWatch, token: UInt64) {
-        state.withLock { state in
+        descriptor.withLock { state in
             guard !state.closed, state.socket >= 0, state.hangUpWatch == nil else { return }
             var event = epoll_event()
             event.events = HangUpWatch.events
@@ -180,7 +190,7 @@ final class ConnectionTimer: Sendable {
 
     /// Takes the descriptor out of the epoll set it is in, if any.
     func unwatchHangUp() {
-        state.withLock { state in
+        descriptor.withLock { state in
             guard let watch = state.hangUpWatch else { return }
             state.hangUpWatch = nil
             if !state.closed && state.socket >= 0 { removeFromEpoll(watch, socket: state.socket) }
@@ -195,7 +205,7 @@ final class ConnectionTimer: Sendable {
     /// Shuts the socket down (its client has left): libmicrohttpd's next read or write fails and
     /// it closes the connection.
     func shutDown() {
-        state.withLock { state in
+        descriptor.withLock { state in
             guard !state.closed, state.socket >= 0 else { return }
             _ = Glibc.shutdown(state.socket, Int32(SHUT_RDWR))
         }
@@ -203,12 +213,18 @@ final class ConnectionTimer: Sendable {
 
     /// Shuts the socket down when its deadline has passed; returns the phase it was in.
     func expire(now: ContinuousClock.Instant) -> Phase? {
-        state.withLock { state -> Phase? in
-            guard !state.closed, let deadline = state.deadline, now >= deadline, state.socket >= 0 else { return nil }
-            state.deadline = nil
+        let current = deadline.load(ordering: .relaxed)
+        // Checked without the lock first: almost every connection is within its deadline.
+        guard current != MonotonicTime.never, MonotonicTime.nanoseconds(now) >= current else { return nil }
+        let phase = Phase(rawValue: self.phase.load(ordering: .relaxed)) ?? .head
+        return descriptor.withLock { state -> Phase? in
+            // Re-armed meanwhile (a request line arrived): not expired after all.
+            guard !state.closed, state.socket >= 0,
+                  deadline.compareExchange(expected: current, desired: MonotonicTime.never, ordering: .relaxed).exchanged
+            else { return nil }
             // libmicrohttpd sees the socket fail on its next read or write and closes the connection.
             _ = Glibc.shutdown(state.socket, Int32(SHUT_RDWR))
-            return state.phase
+            return phase
         }
     }
 }

@@ -4,18 +4,28 @@ import Synchronization
 /// A request handed to its handler, its connection suspended while it waits (or still reading
 /// a streamed body). Completion is idempotent: the first of handler, deadline watchdog,
 /// hang-up or shutdown to answer wins, and the connection is woken once.
-final class PendingResponse: Sendable {
-    private struct State {
-        var response: ServerResponse?
-        var task: Task<Void, Never>?
-        var deadline: ContinuousClock.Instant
-    }
+///
+/// No lock: the connection's thread creates it and reads the answer, the paired event loop
+/// completes it — on every proxied request — so its state is atomics (issue #33).
+/// `@unchecked Sendable`: `answer` is written once, by the completer that won the `flags`
+/// exchange, before it publishes `answered` (releasing); it is read only after `answered` is seen
+/// (acquiring). `task` is written once by `attach` before it sets `taskAttached` in `flags`, and
+/// read only by a completer whose exchange of `flags` saw that bit.
+final class PendingResponse: @unchecked Sendable {
+    private static let completedByWork = 1
+    private static let completedOtherwise = 2
+    private static let taskAttached = 4
+
+    private let flags = Atomic<Int>(0)
+    private let answered = Atomic<Bool>(false)
+    private var answer: ServerResponse?
+    private var task: Task<Void, Never>?
+    private let deadlineNanoseconds: Atomic<Int64>
 
     let suspension: Suspension
     let isHead: Bool
     /// The handler's name for the request, for the server's own answers.
     let requestID: String?
-    private let state: Mutex<State>
     private let onComplete: @Sendable (PendingResponse) -> Void
 
     init(suspension: Suspension, deadline: ContinuousClock.Instant, isHead: Bool, requestID: String?,
@@ -24,21 +34,20 @@ final class PendingResponse: Sendable {
         self.isHead = isHead
         self.requestID = requestID
         self.onComplete = onComplete
-        self.state = Mutex(State(deadline: deadline))
+        self.deadlineNanoseconds = Atomic(MonotonicTime.nanoseconds(deadline))
     }
 
     /// When the server answers for the handler (the watchdog's 504).
     var deadline: ContinuousClock.Instant {
-        get { state.withLock { $0.deadline } }
-        set { state.withLock { $0.deadline = newValue } }
+        get { MonotonicTime.instant(deadlineNanoseconds.load(ordering: .relaxed)) }
+        set { deadlineNanoseconds.store(MonotonicTime.nanoseconds(newValue), ordering: .relaxed) }
     }
 
+    /// The work's task, cancelled if something else answers first. Once, right after it is made.
     func attach(_ task: Task<Void, Never>) {
-        let alreadyDone = state.withLock { state -> Bool in
-            state.task = task
-            return state.response != nil
-        }
-        if alreadyDone { task.cancel() }
+        self.task = task
+        let before = flags.bitwiseOr(Self.taskAttached, ordering: .acquiringAndReleasing).oldValue
+        if before & Self.completedOtherwise != 0 { task.cancel() }
     }
 
     /// Sets the response and resumes the connection, unless another answer came first;
@@ -47,17 +56,12 @@ final class PendingResponse: Sendable {
     /// walk of its status records under a lock.
     @discardableResult
     func complete(_ response: ServerResponse, byWork: Bool = false, beforeResume: () -> Void = {}) -> Bool {
-        let task: Task<Void, Never>?
-        do {
-            let won = state.withLock { state -> (Bool, Task<Void, Never>?) in
-                guard state.response == nil else { return (false, nil) }
-                state.response = response
-                return (true, state.task)
-            }
-            guard won.0 else { return false }
-            task = won.1
-        }
-        if !byWork { task?.cancel() }
+        let mark = byWork ? Self.completedByWork : Self.completedOtherwise
+        let before = flags.bitwiseOr(mark, ordering: .acquiringAndReleasing).oldValue
+        guard before & (Self.completedByWork | Self.completedOtherwise) == 0 else { return false }
+        answer = response
+        answered.store(true, ordering: .releasing)
+        if !byWork && before & Self.taskAttached != 0 { task?.cancel() }
         onComplete(self)
         beforeResume()
         suspension.resume()
@@ -65,7 +69,10 @@ final class PendingResponse: Sendable {
     }
 
     /// The response, once completed.
-    var response: ServerResponse? { state.withLock { $0.response } }
+    var response: ServerResponse? { answered.load(ordering: .acquiring) ? answer : nil }
+
+    /// Whether something has answered (its response may be a moment from being readable).
+    var isOver: Bool { flags.load(ordering: .acquiring) & (Self.completedByWork | Self.completedOtherwise) != 0 }
 }
 
 extension PendingResponse: HangUpListener {
@@ -78,6 +85,4 @@ extension PendingResponse: HangUpListener {
     /// What completes a request whose client has gone (never sent: its connection is closing).
     static let abandoned = ServerResponse(status: 499, body: Array("client closed the connection\n".utf8),
                                           closeConnection: true)
-
-    var isOver: Bool { response != nil }
 }

@@ -25,11 +25,15 @@ public struct ServerRequest: Sendable {
     }
     /// When the server will answer on the handler's behalf.
     public var deadline: ContinuousClock.Instant
+    /// The daemon thread that read it (0-based): its work runs on `ServerConfiguration.taskExecutors`
+    /// at this index, so a handler keeps per-thread state by it without sharing it between threads.
+    public var thread: Int = 0
 
     public init(method: String, target: String, version: String = "HTTP/1.1",
                 headers: [(name: String, value: String)] = [], clientAddress: String = "",
                 body: [UInt8] = [], streamedBody: StreamedBody? = nil,
-                deadline: ContinuousClock.Instant = .now.advanced(by: .seconds(30))) {
+                deadline: ContinuousClock.Instant = .now.advanced(by: .seconds(30)), thread: Int = 0) {
+        self.thread = thread
         self.streamedBody = streamedBody
         self.method = method
         self.target = target

@@ -8,65 +8,98 @@ import Synchronization
 /// A wake that comes while the connection is running (between a reader finding nothing and
 /// its suspending) is remembered, and the next `suspend` does not wait: the caller returns to
 /// libmicrohttpd, which calls it again on its next turn and finds what the wake announced.
-/// `MHD_suspend_connection` and `MHD_resume_connection` are called under the lock: they take
-/// libmicrohttpd's own cleanup mutex, and libmicrohttpd never calls Portico while holding it.
+///
+/// One atomic, no lock: the connection's own thread suspends and the paired event loop resumes
+/// on every proxied request, so a lock here would be one every request takes on two threads
+/// (issue #33). `MHD_suspend_connection` is only called from `.running` by the connection's own
+/// thread (which moves through `.suspending`), and `MHD_resume_connection` only by whoever moves
+/// the state out of `.suspended` (or out of `.suspendingWoken`: the suspender itself), so each
+/// suspension is resumed exactly once and never before `MHD_suspend_connection` returned.
 final class Suspension: Sendable {
     /// The libmicrohttpd connection. Valid until `close` (its close notification); only
     /// `MHD_suspend_connection` (on its own thread) and `MHD_resume_connection` (any thread)
-    /// are called with it here, under the lock, and never after `close`.
+    /// are called with it here, never after `close`: a suspended connection is not closed by
+    /// libmicrohttpd (the server resumes every one before stopping its daemons).
     struct Connection: @unchecked Sendable {
         let pointer: OpaquePointer
     }
 
-    private struct State {
-        var suspended = false
-        var wakeRequested = false
-        var closed = false
+    private enum Phase: Int {
+        /// Running, no wake pending.
+        case running
+        /// Running, and a wake came: the next `suspend` returns at once.
+        case woken
+        /// The connection's thread is inside `MHD_suspend_connection`.
+        case suspending
+        /// A wake came while suspending: the suspender resumes it.
+        case suspendingWoken
+        case suspended
+        case closed
     }
 
     private let connection: Connection
-    private let state = Mutex(State())
+    private let phase = Atomic<Int>(Phase.running.rawValue)
 
     init(connection: OpaquePointer) {
         self.connection = Connection(pointer: connection)
     }
 
+    private func exchange(_ expected: Phase, _ desired: Phase) -> Bool {
+        phase.compareExchange(expected: expected.rawValue, desired: desired.rawValue, ordering: .acquiringAndReleasing).exchanged
+    }
+
+    private var current: Phase { Phase(rawValue: phase.load(ordering: .acquiring))! }
+
     /// Suspends the connection unless a wake came first. Only on the connection's thread,
     /// inside one of its callbacks. Returns whether it is suspended.
     @discardableResult
     func suspend() -> Bool {
-        state.withLock { state in
-            if state.wakeRequested {
-                state.wakeRequested = false
+        while true {
+            switch current {
+            case .woken:
+                if exchange(.woken, .running) { return false }
+            case .closed:
                 return false
+            case .suspended, .suspending, .suspendingWoken:
+                return true
+            case .running:
+                guard exchange(.running, .suspending) else { continue }
+                MHD_suspend_connection(connection.pointer)
+                if exchange(.suspending, .suspended) { return true }
+                // Woken while suspending: resumed here (libmicrohttpd calls again on its next turn).
+                phase.store(Phase.running.rawValue, ordering: .releasing)
+                MHD_resume_connection(connection.pointer)
+                return true
             }
-            guard !state.closed, !state.suspended else { return state.suspended }
-            state.suspended = true
-            MHD_suspend_connection(connection.pointer)
-            return true
         }
     }
 
     /// Resumes the connection if it is suspended, or makes the next `suspend` not wait. Any thread.
     func resume() {
-        state.withLock { state in
-            guard !state.closed else { return }
-            if state.suspended {
-                state.suspended = false
-                MHD_resume_connection(connection.pointer)
-            } else {
-                state.wakeRequested = true
+        while true {
+            switch current {
+            case .running:
+                if exchange(.running, .woken) { return }
+            case .suspending:
+                if exchange(.suspending, .suspendingWoken) { return }
+            case .suspended:
+                if exchange(.suspended, .running) {
+                    MHD_resume_connection(connection.pointer)
+                    return
+                }
+            case .woken, .suspendingWoken, .closed:
+                return
             }
         }
     }
 
     /// A new request on the connection: wakes meant for the previous one are forgotten.
     func reset() {
-        state.withLock { $0.wakeRequested = false }
+        _ = exchange(.woken, .running)
     }
 
-    /// The connection is closed: nothing may resume it any more.
+    /// The connection is closed: nothing may resume it any more. Its own thread.
     func close() {
-        state.withLock { $0.closed = true }
+        phase.store(Phase.closed.rawValue, ordering: .releasing)
     }
 }

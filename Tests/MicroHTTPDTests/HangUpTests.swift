@@ -6,7 +6,7 @@ import Testing
 
 /// A handler that waits until it is cancelled (or, for `/gated`, until `open`), counting.
 private final class WaitingHandler: Sendable {
-    private let counts = Mutex<(started: Int, cancelled: Int, gateOpen: Bool)>((0, 0, false))
+    private let counts = Synchronization.Mutex<(started: Int, cancelled: Int, gateOpen: Bool)>((0, 0, false))
 
     var started: Int { counts.withLock { $0.started } }
     var cancelled: Int { counts.withLock { $0.cancelled } }
@@ -58,7 +58,7 @@ struct HangUpTests {
     @Test("clients leaving while suspended are counted in the departures summary line")
     func departuresLogged() async throws {
         let waiting = WaitingHandler()
-        let lines = Mutex<[String]>([])
+        let lines = Synchronization.Mutex<[String]>([])
         try await withServer({ configuration in
             configuration.errorLog = { line in lines.withLock { $0.append(line) } }
         }, handler: waiting.handler) { server in
@@ -86,7 +86,7 @@ struct HangUpTests {
             #expect(await eventually(timeout: .seconds(10)) { waiting.started == 1 })
             try await connection.send("GET /second HTTP/1.1\r\nHost: x\r\n\r\n")
             // Loopback delivers the bytes within `send`: were readability a hang-up, it is seen now.
-            #expect(server.core.hangUps.departed().isEmpty)
+            #expect(server.core.shards.allSatisfy { $0.requestHangUps.departed().isEmpty })
             waiting.open()
             let first = try #require(try await connection.readResponse())
             #expect(first.status == 200)

@@ -31,7 +31,7 @@ struct TaskExecutorTests {
         ServerResponse(status: 200, body: Array((DispatchQueue.getSpecific(key: QueueExecutor.key) ?? "none").utf8))
     }
 
-    @Test("handlers' tasks run on the configured executors, dealt to connections in turn")
+    @Test("each daemon thread is paired with one executor: connections are dealt to threads in turn, and a thread's requests run on its executor")
     func dealtInTurn() async throws {
         let executors = [QueueExecutor("a"), QueueExecutor("b")]
         try await withServer({ $0.taskExecutors = executors }, handler: Self.whereAmI) { server in
@@ -48,6 +48,26 @@ struct TaskExecutorTests {
             }
             #expect(seen == ["a", "b", "a", "b"])
             #expect(executors.allSatisfy { $0.jobs.load(ordering: .relaxed) >= 4 })
+        }
+    }
+
+    @Test("with threads: 3, three daemon threads each run their requests on their own executor of three")
+    func pairedByThread() async throws {
+        let executors = [QueueExecutor("a"), QueueExecutor("b"), QueueExecutor("c")]
+        let handler: HTTPServer.Handler = { request in
+            let queue = DispatchQueue.getSpecific(key: QueueExecutor.key) ?? "none"
+            return ServerResponse(status: 200, body: Array("\(request.thread) \(queue)".utf8))
+        }
+        try await withServer({ $0.threads = 3; $0.taskExecutors = executors }, handler: handler) { server in
+            #expect(server.threads == 3)
+            var seen: Set<String> = []
+            for _ in 0..<9 {
+                let connection = try RawHTTPConnection(port: Int(server.port))
+                try await connection.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                seen.insert(try #require(try await connection.readResponse()).bodyText)
+            }
+            // Thread i always with executor i, and every thread used.
+            #expect(seen == ["0 a", "1 b", "2 c"])
         }
     }
 

@@ -51,10 +51,9 @@ public struct PorticoConfig: Sendable, Equatable {
 
 /// `listen:` — the proxy listener.
 public struct ListenConfig: Sendable, Equatable {
-    /// One libmicrohttpd thread per core the process may use (cgroup quotas included): more
-    /// threads than cores only add wake-ups beside the event loops, which are one per core too
-    /// (measured in bench/RESULTS.md: 4 threads on 2 cores cost a third more CPU per request).
-    public static let automaticThreads = max(1, System.coreCount)
+    /// One libmicrohttpd thread (and its paired event loop) per core the process may use: its
+    /// affinity mask, its cgroup's cpuset and CPU quota (`CPUBudget`).
+    public static let automaticThreads = CPUBudget.current().cores
 
     public var address: String = "0.0.0.0"
     public var port: Int = 8080

@@ -8,7 +8,10 @@ import Synchronization
 /// chains and turns the answers back. The runtime is swapped atomically on reload; a request
 /// keeps the runtime it started with.
 public final class Gateway: Sendable {
-    private let runtime: Mutex<GatewayRuntime>
+    /// The current runtime, one copy per daemon thread (`ServerRequest.thread`): each request
+    /// reads its own thread's copy, so no lock a request takes is taken by another thread; a
+    /// reload writes every copy.
+    private let runtimes: [RuntimeSlot]
     /// `listen.max_in_flight`, over every route; the cap follows reloads, the count carries over.
     private let inFlight: InFlightLimit
     let logger: Logger
@@ -17,28 +20,34 @@ public final class Gateway: Sendable {
     /// `https` when the listener terminates TLS: the requests' scheme, sent as `X-Forwarded-Proto`.
     let scheme: String
 
+    /// `threads`: the server's daemon threads (requests of thread `i` read slot `i`).
     public init(runtime: GatewayRuntime, logger: Logger, clock: any GatewayClock = SystemClock(),
-                metrics: GatewayMetrics = GatewayMetrics(), scheme: String = "http") {
-        self.runtime = Mutex(runtime)
+                metrics: GatewayMetrics = GatewayMetrics(), scheme: String = "http", threads: Int = 1) {
+        self.runtimes = (0..<max(1, threads)).map { _ in RuntimeSlot(runtime) }
         self.scheme = scheme
-        self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight)
+        self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight, name: "listen.max_in_flight")
         self.logger = logger
         self.clock = clock
         self.metrics = metrics
     }
 
     /// The runtime new requests use.
-    public var current: GatewayRuntime { runtime.withLock { $0 } }
+    public var current: GatewayRuntime { runtimes[0].runtime.withLock { $0 } }
+
+    /// The runtime for a request read by daemon thread `thread`.
+    private func current(thread: Int) -> GatewayRuntime {
+        runtimes[thread < runtimes.count ? thread : thread % runtimes.count].runtime.withLock { $0 }
+    }
 
     /// Installs `new` for new requests; returns the previous one (in-flight requests finish on it).
+    /// Reloads are serialized by their caller; each thread's copy changes on its own, so a thread
+    /// may serve from the old runtime for the instant between two copies.
     @discardableResult
     public func install(_ new: GatewayRuntime) -> GatewayRuntime {
         inFlight.limit = new.config.listen.maxInFlight
-        return runtime.withLock { current in
-            let old = current
-            current = new
-            return old
-        }
+        let old = current
+        for slot in runtimes { slot.runtime.withLock { $0 = new } }
+        return old
     }
 
     /// Answers `serverRequest` at once when that needs no waiting — a malformed request, no
@@ -148,7 +157,7 @@ public final class Gateway: Sendable {
     /// Validates and routes the request and takes its in-flight places: what every request
     /// does before its route's chain.
     private func prepare(_ serverRequest: ServerRequest) -> Prepared {
-        let runtime = current
+        let runtime = current(thread: serverRequest.thread)
         let requestID = RequestID.accepted(from: serverRequest)
         let isHead = serverRequest.method == "HEAD"
 
@@ -217,7 +226,9 @@ public final class Gateway: Sendable {
     private func answered(_ serverRequest: ServerRequest, _ refusal: Refusal,
                           since start: ContinuousClock.Instant) -> ServerResponse {
         let response = refusal.error.response(requestID: refusal.requestID)
-        let accessLog = if let route = refusal.route { route.accessLog } else { current.unroutedAccessLog }
+        let accessLog = if let route = refusal.route { route.accessLog } else {
+            current(thread: serverRequest.thread).unroutedAccessLog
+        }
         accessLog?.logAnswered(serverRequest, requestID: refusal.requestID, route: refusal.route?.name,
                                upstream: refusal.route?.upstream, response: response, error: refusal.error.kind.name,
                                duration: start.duration(to: .now))
@@ -244,4 +255,15 @@ public final class Gateway: Sendable {
 
 extension HTTPField.Name {
     static let xRequestID = HTTPField.Name("X-Request-ID")!
+}
+
+/// One daemon thread's copy of the current runtime, alone on its cache lines (the padding): the
+/// lock word of one thread's slot must not share a line with another's.
+private final class RuntimeSlot: Sendable {
+    let runtime: Mutex<GatewayRuntime>
+    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+
+    init(_ runtime: GatewayRuntime) {
+        self.runtime = Mutex(runtime)
+    }
 }

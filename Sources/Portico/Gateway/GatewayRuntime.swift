@@ -21,6 +21,9 @@ public final class GatewayRuntime: Sendable {
     /// `tracing:` at work (spans, exporter); `nil` when not configured. Each runtime has its own:
     /// a reload applies a changed `tracing:`, and the old one flushes when its runtime shuts down.
     public let tracing: TracingPipeline?
+    /// The loops its `nio` upstreams keep a connection pool on each of (the gateway's; `shared`
+    /// for a runtime made on its own).
+    public let loops: EventLoops
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
@@ -30,13 +33,13 @@ public final class GatewayRuntime: Sendable {
     /// `previous`: the runtime being replaced, whose unchanged credentials keep their tokens and
     /// unchanged middleware their state (cached responses, rate-limit buckets, retry budgets).
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
-                            previous: GatewayRuntime? = nil) throws {
+                            loops: EventLoops = .shared, previous: GatewayRuntime? = nil) throws {
         let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
         var stores: RateLimitStores?
         do {
             stores = try RateLimitStores(stores: config.stores, previous: previous?.stores, logger: logger)
-            try self.init(config: config, logger: logger, clock: clock, credentials: credentials, stores: stores!,
-                          previous: previous)
+            try self.init(config: config, logger: logger, clock: clock, loops: loops, credentials: credentials,
+                          stores: stores!, previous: previous)
         } catch {
             credentials.discard()
             stores?.discard()
@@ -44,8 +47,9 @@ public final class GatewayRuntime: Sendable {
         }
     }
 
-    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, credentials: CredentialStore,
-                 stores: RateLimitStores, previous: GatewayRuntime?) throws {
+    private init(config: PorticoConfig, logger: Logger, clock: any GatewayClock, loops: EventLoops,
+                 credentials: CredentialStore, stores: RateLimitStores, previous: GatewayRuntime?) throws {
+        self.loops = loops
         for warning in config.warnings {
             logger.warning("configuration: \(warning.description)")
         }
@@ -108,7 +112,7 @@ public final class GatewayRuntime: Sendable {
             let built = Route(name: route.name, matcher: matcher, stripPrefix: route.stripPrefix,
                               upstream: route.upstream, timeout: route.timeout,
                               streamIdleTimeout: route.streamIdleTimeout, maxStreamDuration: route.maxStreamDuration,
-                              inFlight: route.maxInFlight.map(InFlightLimit.init(limit:)),
+                              inFlight: route.maxInFlight.map { InFlightLimit(limit: $0, name: "routes.\(route.name).max_in_flight") },
                               responder: MiddlewareChain(chain, endpoint: stripping).traced(by: tracing, route: route),
                               accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first)
             routes.append(built)

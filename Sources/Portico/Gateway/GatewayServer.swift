@@ -16,14 +16,26 @@ public final class GatewayServer: Sendable {
     private let loadedConfig: Mutex<PorticoConfig>
     private let lastReloadRecord = Mutex<ReloadRecord?>(nil)
     public let metrics: GatewayMetrics
+    /// The event loops, one per libmicrohttpd thread (`listen.threads`), paired by index.
+    public let loops: EventLoops
     /// The file the configuration came from; `nil` for an embedded configuration (no reload).
     public let configFile: String?
 
     public init(config: PorticoConfig, configFile: String? = nil, logger: Logger, clock: any GatewayClock = SystemClock(),
                 metrics: GatewayMetrics = GatewayMetrics()) throws {
-        let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock)
+        // One loop per daemon thread: NIO's loop count follows `listen.threads` (issue #33).
+        let loops = EventLoops(count: config.listen.threads)
+        let runtime: GatewayRuntime
+        do {
+            runtime = try GatewayRuntime(config: config, logger: logger, clock: clock, loops: loops)
+        } catch {
+            let loops = loops
+            Task { await loops.shutdown() }
+            throw error
+        }
         let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics,
-                              scheme: config.listen.tls == nil ? "http" : "https")
+                              scheme: config.listen.tls == nil ? "http" : "https", threads: loops.count)
+        self.loops = loops
         self.metrics = metrics
         self.configFile = configFile
         self.gateway = gateway
@@ -31,16 +43,19 @@ public final class GatewayServer: Sendable {
         self.clock = clock
         self.listen = config.listen
         self.loadedConfig = Mutex(config)
-        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger, gateway: gateway),
+        server = HTTPServer(configuration: Self.serverConfiguration(config.listen, logger: logger, gateway: gateway,
+                                                                    loops: loops),
                             answering: gateway.answer)
     }
 
-    static func serverConfiguration(_ listen: ListenConfig, logger: Logger, gateway: Gateway) -> ServerConfiguration {
+    static func serverConfiguration(_ listen: ListenConfig, logger: Logger, gateway: Gateway,
+                                    loops: EventLoops) -> ServerConfiguration {
         var configuration = ServerConfiguration()
         configuration.address = listen.address
         configuration.port = UInt16(clamping: listen.port)
-        configuration.threads = listen.threads
-        configuration.taskExecutors = EventLoops.shared.executors
+        // Daemon thread i starts its requests' tasks on loop i.
+        configuration.threads = loops.count
+        configuration.taskExecutors = loops.executors
         configuration.connectionLimit = connectionLimit(listen.connectionLimit, logger: logger)
         configuration.idleTimeout = listen.idleTimeout
         configuration.headerTimeout = listen.headerTimeout
@@ -86,7 +101,8 @@ public final class GatewayServer: Sendable {
     public func start() throws -> UInt16 {
         let port = try server.start()
         logger.info("listening", metadata: ["address": .string(listen.address), "port": .stringConvertible(port),
-                                            "tls": .stringConvertible(listen.tls != nil)])
+                                            "tls": .stringConvertible(listen.tls != nil),
+                                            "threads": .stringConvertible(server.threads)])
         return port
     }
 
@@ -130,7 +146,8 @@ public final class GatewayServer: Sendable {
     /// in-flight requests have had their request timeout to finish. Listener settings need a restart.
     public func reload(_ config: PorticoConfig) throws {
         // Unchanged credentials carry their tokens over to the new runtime.
-        let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock, previous: gateway.current)
+        let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock, loops: loops,
+                                         previous: gateway.current)
         if config.listen != listen {
             logger.warning("listen settings changed: they take effect at the next restart")
         }
@@ -147,8 +164,11 @@ public final class GatewayServer: Sendable {
     public func shutdown(drainDelay: Duration? = nil, grace: Duration? = nil) async {
         // The first call drains and stops; later ones (a second signal) return at once.
         guard server.beginDraining() else {
-            // Never started: only the runtime's connections to release.
-            if server.lifecycle == .created { await gateway.current.shutdown() }
+            // Never started: only the runtime's connections and the loops to release.
+            if server.lifecycle == .created {
+                await gateway.current.shutdown()
+                await loops.shutdown()
+            }
             return
         }
         let delay = drainDelay ?? listen.drainDelay
@@ -159,6 +179,7 @@ public final class GatewayServer: Sendable {
         logger.info("stopping: waiting for in-flight requests", metadata: ["in_flight": .stringConvertible(server.inFlightRequests)])
         await server.stop(grace: grace ?? listen.shutdownGrace)
         await gateway.current.shutdown()
+        await loops.shutdown()
         logger.info("stopped")
     }
 }

@@ -7,7 +7,7 @@ import PorticoTesting
 
 /// A fake upstream behind the middleware: records what it saw, answers 200 for a current token.
 private final class FakeUpstream: Sendable {
-    private let seen = Mutex<[[String]]>([])
+    private let seen = Synchronization.Mutex<[[String]]>([])
     private let decide: @Sendable ([String]) -> HTTPResponse.Status
 
     init(_ decide: @escaping @Sendable ([String]) -> HTTPResponse.Status) {
@@ -134,7 +134,7 @@ struct AuthMiddlewareTests {
         let clock = ManualClock()
         let upstream = FakeUpstream { _ in .unauthorized }
         let apiKey = try #require(StaticHeaderProvider(name: "key", header: "X-Api-Key", value: "k-123"))
-        let capture = Mutex<HTTPFields?>(nil)
+        let capture = Synchronization.Mutex<HTTPFields?>(nil)
         let next: NextHandler = { request, _ in
             capture.withLock { $0 = request.headerFields }
             return GatewayResponse(status: .unauthorized)
@@ -174,7 +174,7 @@ struct AuthMiddlewareTests {
     @Test("a streamed request body is not replayed: the 401 goes back to the client")
     func nonReplayableBody() async throws {
         let provider = RotatingProvider()
-        let calls = Mutex(0)
+        let calls = Synchronization.Mutex(0)
         let next: NextHandler = { _, _ in
             calls.withLock { $0 += 1 }
             return GatewayResponse(status: .unauthorized)
@@ -204,8 +204,8 @@ struct AuthMiddlewareTests {
 
 /// Hands out `Bearer t1`, then `Bearer t2` once `t1` is invalidated.
 private final class RotatingProvider: CredentialProvider {
-    private let generation = Mutex(1)
-    private let invalidated = Mutex(0)
+    private let generation = Synchronization.Mutex(1)
+    private let invalidated = Synchronization.Mutex(0)
     var name: String { "rotating" }
     var headerName: HTTPField.Name { .authorization }
     var invalidations: Int { invalidated.withLock { $0 } }

@@ -9,7 +9,7 @@ import Testing
 
 /// Log lines kept in memory, formatted as the executable would write them (logfmt).
 final class RecordedLogs: Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Synchronization.Mutex<[String]>([])
     var all: [String] { lines.withLock { $0 } }
 
     var logger: Logger {

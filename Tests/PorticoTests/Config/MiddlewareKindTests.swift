@@ -16,8 +16,8 @@ struct StampKind: MiddlewareKind {
     }
 
     final class Counter: Sendable {
-        let next: Mutex<Int>
-        init(start: Int) { next = Mutex(start) }
+        let next: Synchronization.Mutex<Int>
+        init(start: Int) { next = Synchronization.Mutex(start) }
     }
 
     struct Stamp: Middleware {
