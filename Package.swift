@@ -122,6 +122,7 @@ let package = Package(
             name: "PorticoCommand",
             dependencies: [
                 "Portico",
+                "LockAudit",
                 "PorticoDemo",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

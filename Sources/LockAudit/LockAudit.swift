@@ -109,3 +109,22 @@ public enum LockAudit {
         }()
     }
 }
+
+extension LockAudit {
+    /// The report as JSON: one object per instance (`site`, `acquisitions`, `threads`: thread → count).
+    public static func reportJSON() -> String {
+        func escaped(_ text: String) -> String {
+            var out = ""
+            for character in text {
+                if character == "\\" || character == "\"" { out.append("\\") }
+                out.append(character)
+            }
+            return out
+        }
+        let rows = report().map { instance in
+            let threads = instance.threads.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",")
+            return "{\"site\":\"\(escaped(instance.site.description))\",\"acquisitions\":\(instance.acquisitions),\"threads\":{\(threads)}}"
+        }
+        return "[" + rows.joined(separator: ",\n") + "]\n"
+    }
+}

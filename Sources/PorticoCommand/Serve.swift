@@ -1,4 +1,6 @@
 import ArgumentParser
+import Foundation
+import LockAudit
 import Logging
 import Portico
 import Prometheus
@@ -15,6 +17,16 @@ import UnixSignals
 enum Serve {
     static func run(config: PorticoConfig, file: String?, logger: Logger, registry: PrometheusCollectorRegistry,
                     onStart: @escaping @Sendable (UInt16) async throws -> Void = { _ in }) async throws {
+        // The confinement test (issue #33): with PORTICO_LOCK_AUDIT=FILE every lock made from here
+        // on records the threads that take it, and the report is written to FILE at exit.
+        let lockAudit = ProcessInfo.processInfo.environment["PORTICO_LOCK_AUDIT"].flatMap { $0.isEmpty ? nil : $0 }
+        if lockAudit != nil { LockAudit.start() }
+        defer {
+            if let lockAudit {
+                LockAudit.stop()
+                try? LockAudit.reportJSON().write(toFile: lockAudit, atomically: true, encoding: .utf8)
+            }
+        }
         let server: GatewayServer
         do {
             server = try GatewayServer(config: config, configFile: file, logger: logger)

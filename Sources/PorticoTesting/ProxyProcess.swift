@@ -31,7 +31,8 @@ public final class ProxyProcess: Sendable {
     }
 
     /// Runs `portico run --config` with `yaml` (its `listen.port` and `admin.port` should be 0).
-    public static func portico(yaml: String, name: String = "portico") async throws -> ProxyProcess {
+    /// `launcher` goes before the binary: `["taskset", "-c", "0"]`, or `["env", "NAME=value"]`.
+    public static func portico(yaml: String, name: String = "portico", launcher: [String] = []) async throws -> ProxyProcess {
         let binary = porticoBinary
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             throw Failure(description: "no portico binary at \(binary): build the portico product first (swift build --build-tests builds it)")
@@ -40,7 +41,9 @@ public final class ProxyProcess: Sendable {
         let config = directory.appendingPathComponent("portico.yaml")
         try yaml.write(to: config, atomically: true, encoding: .utf8)
         let log = directory.appendingPathComponent("portico.log").path
-        let process = try ChildProcess(executable: binary, arguments: ["run", "--config", config.path],
+        let command = launcher + [binary, "run", "--config", config.path]
+        let executable = command[0].hasPrefix("/") ? command[0] : ChildProcess.locate(command[0]) ?? command[0]
+        let process = try ChildProcess(executable: executable, arguments: Array(command.dropFirst()),
                                        standardOutput: .file(log), standardError: .file(log))
         let text: @Sendable () -> String = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
         let deadline = ContinuousClock.now.advanced(by: .seconds(60))
@@ -136,6 +139,16 @@ public final class ProxyProcess: Sendable {
     /// SIGTERM now; reaped (SIGKILL as a last resort) and its folder removed in the background.
     public func stop() {
         process.stopInBackground(removing: directory)
+    }
+
+    /// Stops it gracefully (SIGTERM) and waits for it to exit; the directory stays until `stop`.
+    public func terminate() async {
+        await process.terminate(grace: .seconds(30))
+    }
+
+    /// A file in its private directory (removed by `stop`).
+    public func file(_ name: String) -> String {
+        directory.appendingPathComponent(name).path
     }
 
     private static func portField(_ line: Substring) -> Int? {
