@@ -25,6 +25,8 @@ final class DaemonShard: Sendable {
     let lifecycle: LifecycleState
     /// Open connections over every thread: `connectionLimit` is one cap for the listener.
     let connectionCount: SharedCap
+    /// Told whenever this shard empties a little, for a `stop` waiting on it.
+    let quiescence: Quiescence
     /// Where this thread's requests' tasks run.
     let executor: (any TaskExecutor)?
 
@@ -56,7 +58,8 @@ final class DaemonShard: Sendable {
     private let departuresSinceLog = Atomic<Int>(0)
 
     init(index: Int, configuration: ServerConfiguration, answering: @escaping HTTPServer.Answering,
-         lifecycle: LifecycleState, connectionCount: SharedCap, executor: (any TaskExecutor)?) {
+         lifecycle: LifecycleState, connectionCount: SharedCap, quiescence: Quiescence, executor: (any TaskExecutor)?) {
+        self.quiescence = quiescence
         self.index = index
         self.configuration = configuration
         self.answering = answering
@@ -109,6 +112,7 @@ final class DaemonShard: Sendable {
     /// needs (its answer was queued).
     func withdraw() {
         admissions.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+        quiescence.poke()
     }
 
     /// The connection no longer waits on its pending request: its response was queued or the request ended.
@@ -128,6 +132,7 @@ final class DaemonShard: Sendable {
     func streamEnded(_ stream: StreamingResponse) {
         _ = streams.withLock { $0.removeValue(forKey: ObjectIdentifier(stream)) }
         streamHangUps.unwatch(stream, on: stream.timer)
+        quiescence.poke()
     }
 
     /// Runs `work` in a task on this thread's executor for a request whose connection is
@@ -163,6 +168,8 @@ final class DaemonShard: Sendable {
                 requests.unwatchedNew[id] = nil
             }
         }
+        // A `stop` past its grace answers what is registered: this one is, now.
+        quiescence.poke()
     }
 
     private func completed(_ pending: PendingResponse, timer: ConnectionTimer) {
@@ -172,6 +179,7 @@ final class DaemonShard: Sendable {
             return requests.unwatchedNew.removeValue(forKey: id) == nil && requests.unwatchedOld.removeValue(forKey: id) == nil
         }
         if watched { requestHangUps.unwatch(pending, on: timer) }
+        quiescence.poke()
     }
 
     /// The watchdog, on the paired executor: answers requests whose handlers overrun their

@@ -33,6 +33,8 @@ final class ServerCore: Sendable {
     /// One per daemon thread, paired with `configuration.taskExecutors[i]`.
     let shards: [DaemonShard]
     let lifecycleState = LifecycleState()
+    /// What `stop` waits on while the shards empty.
+    let quiescence = Quiescence()
     let state = Mutex(State())
     /// Refused connections one libmicrohttpd thread can hold while they close (each for one turn of its event loop).
     static let refusalHeadroom = 1024
@@ -41,9 +43,9 @@ final class ServerCore: Sendable {
         self.configuration = configuration
         let executors = configuration.taskExecutors
         let connectionCount = SharedCap(name: "listen.connection_limit")
-        shards = (0..<max(1, configuration.threads)).map { [lifecycleState] index in
+        shards = (0..<max(1, configuration.threads)).map { [lifecycleState, quiescence] index in
             DaemonShard(index: index, configuration: configuration, answering: answering, lifecycle: lifecycleState,
-                        connectionCount: connectionCount,
+                        connectionCount: connectionCount, quiescence: quiescence,
                         executor: executors.isEmpty ? nil : executors[index % executors.count])
         }
     }
@@ -185,38 +187,33 @@ final class ServerCore: Sendable {
         listenerClosed()
 
         // Open connections are still served (with `Connection: close`) until no request is in
-        // flight; in that same instant the server starts closing, so a request arriving on an
-        // open connection later is answered 503 rather than suspended (MHD_stop_daemon aborts on
-        // suspended connections). Connections accepted just now get a moment to deliver theirs.
+        // flight; then the server starts closing, so a request arriving on an open connection
+        // later is answered 503 rather than suspended (MHD_stop_daemon aborts on suspended
+        // connections). Connections accepted just now get a moment to deliver theirs (their requests are not in
+        // flight yet); then the wait ends when the last request completes and the last stream
+        // ends (the shards say so as it happens), or at the grace.
         let clock = ContinuousClock()
         let graceDeadline = clock.now.advanced(by: grace)
-        let settled = clock.now.advanced(by: min(grace, .milliseconds(250)))
-        while clock.now < graceDeadline {
-            if clock.now >= settled && inFlightCount == 0 && streamCount == 0 {
-                // Nothing in flight: from this instant a request completed now is answered 503
-                // at once (one that slipped in between is answered by the flush below).
-                advance(to: .closing)
-                break
-            }
-            try? await Task.sleep(for: .milliseconds(10))
+        try? await Task.sleep(for: min(grace, .milliseconds(250)))
+        _ = await quiescence.wait(timeout: clock.now.duration(to: graceDeadline)) { [self] in
+            inFlightCount == 0 && streamCount == 0
         }
+        // From this instant a request completed now is answered 503 at once instead of being
+        // handed to a task. Whatever is still running (or was admitted just before closing) is
+        // answered now, streams past the grace are cut (closed short of their framing, never passed
+        // off as whole), and resumed connections get a turn of their thread to queue their answer:
+        // done when no connection waits on an answer any more.
         advance(to: .closing)
-        // Whatever is still running (or was admitted just before closing) is answered now, and
-        // resumed connections get a turn of their thread to queue their answer.
-        let flushDeadline = clock.now.advanced(by: .seconds(5))
-        while clock.now < flushDeadline {
-            let suspended = shards.reduce(0) { $0 + $1.admitted }
+        let answerAll: @Sendable () -> Bool = { [self] in
             let inFlight = shards.map { $0.inFlight() }
-            let remaining = inFlight.flatMap(\.requests)
-            let streams = inFlight.flatMap(\.streams)
-            for pending in remaining {
+            for pending in inFlight.flatMap(\.requests) {
                 pending.complete(configuration.refusalResponse(.shuttingDown, nil, pending.requestID))
             }
-            // Streams past the grace are cut (closed short of their framing, never passed off as whole).
+            let streams = inFlight.flatMap(\.streams)
             for stream in streams { stream.abort() }
-            if suspended == 0 && streams.isEmpty { break }
-            try? await Task.sleep(for: .milliseconds(5))
+            return streams.isEmpty && shards.allSatisfy { $0.admitted == 0 }
         }
+        _ = await quiescence.wait(timeout: .seconds(5), until: answerAll)
         let watchdogs = state.withLock { state -> [Task<Void, Never>] in
             state.daemon = nil
             defer { state.watchdogs = [] }
