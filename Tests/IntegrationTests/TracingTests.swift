@@ -169,17 +169,18 @@ struct TracingTests {
         let demo = try Demo(tracingEndpoint: endpoint) { config in
             config.tracing?.maxQueueSize = 4
             config.tracing?.scheduleDelay = .milliseconds(200)
-            config.tracing?.timeout = .seconds(20)
+            config.tracing?.timeout = .seconds(60)
         }
         #expect(try await demo.gateway.request("GET", "/fast/orders/1").status == 200)  // connections warmed up
         if let stalled {
-            // An export is now stuck on the collector, for up to `timeout` (20 s).
+            // An export is now stuck on the collector, for up to `timeout` (60 s).
             try await Eventually.wait(timeout: .seconds(30), "an export to reach the stalled collector") {
                 stalled.requestsReceived > 0
             }
         }
-        // A request that waited for an export would take seconds; each normally takes milliseconds,
-        // so 5 s is a generous bound even on a loaded machine.
+        // A request that waited for the stuck export would take up to its 60 s timeout; the bound
+        // is half of that, what the test controls, not a guess at how fast a loaded machine
+        // answers (5 s failed once on a loaded machine with the collector absent).
         var slowest = Duration.zero
         for _ in 0..<30 {
             let start = ContinuousClock.now
@@ -187,7 +188,7 @@ struct TracingTests {
             slowest = max(slowest, start.duration(to: .now))
             #expect(response.status == 200)
         }
-        #expect(slowest < .seconds(5), "slowest request: \(slowest)")
+        #expect(slowest < .seconds(30), "slowest request: \(slowest)")
         // swift-otel reports drops at its next export round: let the stuck export fail now.
         stalled?.stop()
         let pipeline = try #require(demo.gateway.server.gateway.current.tracing)
