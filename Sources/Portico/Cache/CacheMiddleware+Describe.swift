@@ -16,8 +16,10 @@ extension CacheMiddleware {
             }
         case .options, .trace, .connect:
             description.action = "passes \(request.request.method.rawValue) through (BYPASS)"
+            description.answersAtOnce = nil  // only GET and HEAD are answered from the store
         default:
             description.action = "forwards \(request.request.method.rawValue); a success invalidates key \"\(key)\""
+            description.answersAtOnce = nil
         }
         return description
     }

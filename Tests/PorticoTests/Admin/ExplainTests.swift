@@ -103,6 +103,9 @@ struct ExplainTests {
         #expect(postActions["gzip"] == "the client does not allow gzip (no Accept-Encoding): responses go as they are")
         #expect(postActions["retry"] == "sends POST once: not in methods [GET, HEAD, OPTIONS, PUT, DELETE]")
         #expect(postActions["cache"] == "forwards POST; a success invalidates key \"other.test/api/x\"")
+        // ...and never says a POST may be a hit.
+        #expect(post.chain.first { $0.name == "cache" }?.description.answersAtOnce == nil)
+        #expect(!post.text.contains("a fresh stored response (hit)"))
         #expect(postActions["limit"] == "takes a token from the bucket all requests without route + header:x-client share")
         // Neither the credential's value nor a client's Authorization is ever shown.
         let shown = post.text + String(decoding: post.json, as: UTF8.self) + explanation.text
