@@ -185,6 +185,11 @@ private struct AccessCall {
         let timer = context.timer
         let silence = limits.requestTimeout
         switch core.answering(serverRequest) {
+        case .now(let response) where response.closeConnection:
+            // Refused with the connection closed (a declared body too large for its route): queued
+            // now, before a byte of the body is read; libmicrohttpd closes the connection after it.
+            core.withdraw()
+            return queue(response, on: connection, isHead: isHead, draining: true, context: context, core: core)
         case .now(let response):
             // Answered at once (no route, a refusal, a direct answer): the body is still read,
             // and dropped, before the answer is queued, as a client that is still sending would

@@ -46,4 +46,33 @@ struct ServerRefusalTests {
         #expect(body.message == "request head exceeds the limit of 4096 bytes")
         #expect(!body.request_id.isEmpty)
     }
+
+    /// Edges #5: `urlsession` reads a streamed upload whole (at most 64 MiB), so a larger declared
+    /// body is refused at its head — not read (and held) first — whatever `listen.max_body_bytes` allows.
+    @Test("a declared upload over the urlsession transport's cap gets 413 before a byte of its body is read")
+    func urlsessionUploadCapAtTheHead() async throws {
+        let upstream = TestUpstream()
+        upstream.route("/up", { request in .echo(request) })
+        try await upstream.start()
+        var config = PorticoConfig()
+        config.listen.maxBodyBytes = 1 << 30
+        config.upstreams["app"] = UpstreamConfig(name: "app", url: URL(string: "http://127.0.0.1:\(upstream.port)")!)
+        config.routes = [RouteConfig(name: "up", match: .init(pathPrefix: "/up"), upstream: "app", middleware: [])]
+        let gateway = try TestGateway(config)
+        let connection = try gateway.connect()
+        // The head only: the answer must come without the client sending any of its 256 MiB.
+        try await connection.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 268435456\r\n\r\n")
+        let response = try #require(try await connection.readResponse())
+        #expect(response.status == 413)
+        #expect(response.header("connection") == "close")
+        let body = try JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
+        #expect(body.error == "payload_too_large")
+        #expect(body.message.contains("transport: nio"))
+        #expect(upstream.hits("/up") == 0)
+        // A body within the cap still goes through.
+        let small = try await gateway.request("POST", "/up", body: Array(repeating: 0x61, count: 100_000))
+        #expect(small.status == 200)
+        await gateway.stop()
+        await upstream.shutdown()
+    }
 }

@@ -113,6 +113,8 @@ public final class GatewayRuntime: Sendable {
                               upstream: route.upstream, timeout: route.timeout,
                               streamIdleTimeout: route.streamIdleTimeout, maxStreamDuration: route.maxStreamDuration,
                               inFlight: route.maxInFlight.map { InFlightLimit(limit: $0, name: "routes.\(route.name).max_in_flight") },
+                              maxRequestBodyBytes: route.upstream.flatMap { upstreams[$0] }
+                                  .flatMap { $0.config.transport == .urlsession ? $0.config.maxRequestBodyBytes : nil },
                               responder: MiddlewareChain(chain, endpoint: stripping).traced(by: tracing, route: route),
                               accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first)
             routes.append(built)

@@ -18,6 +18,9 @@ public final class Route: Sendable {
     public let maxStreamDuration: Duration?
     /// The route's own cap on requests in flight, if any.
     public let inFlight: InFlightLimit?
+    /// The largest request body its endpoint can take, below the listener's (`urlsession` reads a
+    /// streamed upload whole): a larger declared length is refused at the head, unread.
+    public let maxRequestBodyBytes: Int?
     /// The route's middleware around its endpoint.
     public let responder: any Responder
     /// The outermost `access_log` of the route's chain: it also logs the requests the gateway
@@ -26,7 +29,9 @@ public final class Route: Sendable {
 
     public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
                 timeout: Duration? = nil, streamIdleTimeout: Duration = .seconds(60), maxStreamDuration: Duration? = nil,
-                inFlight: InFlightLimit? = nil, responder: any Responder, accessLog: AccessLogMiddleware? = nil) {
+                inFlight: InFlightLimit? = nil, maxRequestBodyBytes: Int? = nil, responder: any Responder,
+                accessLog: AccessLogMiddleware? = nil) {
+        self.maxRequestBodyBytes = maxRequestBodyBytes
         self.name = name
         self.matcher = matcher
         self.stripPrefix = stripPrefix
