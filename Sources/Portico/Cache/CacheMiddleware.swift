@@ -228,7 +228,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
             return try failed(error, request: request, stored: stored, validating: validating, reason: reason,
                               directives: directives, context: context)
         }
-        let exchange = Exchange(request: request, key: key, reason: reason, directives: directives, context: context,
+        let exchange = Fetch(request: request, key: key, reason: reason, directives: directives, context: context,
                                 requestTime: requestTime, responseTime: clock.wallNow, now: clock.now)
 
         if response.status == .notModified, validating, let stored {
@@ -252,8 +252,8 @@ public struct CacheMiddleware: ImmediateMiddleware {
         return storeAndAnswer(response, replacing: stored, exchange)
     }
 
-    /// What the steps of one upstream exchange share.
-    private struct Exchange {
+    /// What the steps of one fetch from the upstream (a miss or a revalidation) share.
+    private struct Fetch {
         var request: GatewayRequest
         var key: String
         var reason: CacheStatus.Forward
@@ -298,7 +298,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
 
     /// A 304 to a revalidation, merged into the stored response (RFC 9111 §4.3.4); `nil` when it
     /// describes another response than the stored one.
-    private func merge(notModified response: GatewayResponse, into stored: CacheEntry, _ exchange: Exchange) -> Fetched? {
+    private func merge(notModified response: GatewayResponse, into stored: CacheEntry, _ exchange: Fetch) -> Fetched? {
         let governing = policy.directives(of: response.headerFields).directives
         let excluded = governing.fieldNames(.private) ?? []
         guard let updated = policy.freshen(stored, with: response, requestTime: exchange.requestTime,
@@ -322,7 +322,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
 
     /// A full response: stored when it may be, and answered (a 304 when the client's own
     /// validators match it).
-    private func storeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Exchange) -> Fetched {
+    private func storeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Fetch) -> Fetched {
         if response.body.isStreamed { return teeAndAnswer(response, replacing: stored, exchange) }
         var status = CacheStatus(.miss, forward: exchange.reason, forwardStatus: response.status.code)
         var entry = makeEntry(request: exchange.request, response: response, key: exchange.key, directives: exchange.directives,
@@ -353,7 +353,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
     /// A streamed response: passed on at once, and stored as it flows when it may be (a
     /// `CacheTee` copies it and stores it if it ends complete within `max_object_bytes`). Its
     /// `Cache-Status` cannot say `stored`: that is known only at the end.
-    private func teeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Exchange) -> Fetched {
+    private func teeAndAnswer(_ response: GatewayResponse, replacing stored: CacheEntry?, _ exchange: Fetch) -> Fetched {
         let status = CacheStatus(.miss, forward: exchange.reason, forwardStatus: response.status.code)
         let requestFields = exchange.request.headerFields
         if response.status == .ok, ConditionalRequest.isConditional(requestFields),

@@ -56,7 +56,7 @@ public final class Gateway: Sendable {
     public func answer(_ serverRequest: ServerRequest) -> HTTPServer.Answer {
         let start = ContinuousClock.now
         metrics.requestStarted()
-        let exchange: Exchange
+        let exchange: RoutedRequest
         switch prepare(serverRequest) {
         case .answered(let refusal):
             return .now(answered(serverRequest, refusal, since: start))
@@ -124,7 +124,7 @@ public final class Gateway: Sendable {
 
     /// A routed request on its way through its route's chain; it holds its in-flight places
     /// until `leave`.
-    private struct Exchange: Sendable {
+    private struct RoutedRequest: Sendable {
         var route: Route
         var request: GatewayRequest
         var context: RequestContext
@@ -141,7 +141,7 @@ public final class Gateway: Sendable {
 
     private enum Prepared {
         case answered(Refusal)
-        case routed(Exchange)
+        case routed(RoutedRequest)
     }
 
     /// A request answered before any route's chain runs.
@@ -218,7 +218,7 @@ public final class Gateway: Sendable {
                                      deadline: deadline, logger: logger, clock: clock)
         context.streamIdleTimeout = route.streamIdleTimeout
         context.maxStreamDuration = route.maxStreamDuration
-        return .routed(Exchange(route: route, request: request, context: context, isHead: isHead, inFlight: inFlight,
+        return .routed(RoutedRequest(route: route, request: request, context: context, isHead: isHead, inFlight: inFlight,
                                 upload: upload))
     }
 
