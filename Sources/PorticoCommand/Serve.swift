@@ -1,7 +1,6 @@
 import ArgumentParser
 import Logging
 import Portico
-import Prometheus
 import ServiceLifecycle
 import UnixSignals
 
@@ -13,7 +12,7 @@ import UnixSignals
 /// listeners bind inside their services, after the group traps the signals, so a SIGTERM that
 /// arrives during startup is a graceful shutdown too.
 enum Serve {
-    static func run(config: PorticoConfig, file: String?, logger: Logger, registry: PrometheusCollectorRegistry,
+    static func run(config: PorticoConfig, file: String?, logger: Logger, registry: MetricsExposition,
                     onStart: @escaping @Sendable (UInt16) async throws -> Void = { _ in }) async throws {
         let server: GatewayServer
         do {
@@ -24,7 +23,7 @@ enum Serve {
         }
         var services: [any Service] = []
         if config.admin.enabled {
-            let admin = AdminServer(config: config.admin, gateway: server, logger: logger) { registry.emitToBuffer() }
+            let admin = AdminServer(config: config.admin, gateway: server, logger: logger) { registry.render() }
             services.append(AdminService(admin: admin, address: config.admin.address, logger: logger))
         }
         services.append(ProxyService(server: server, logger: logger, onStart: onStart))
