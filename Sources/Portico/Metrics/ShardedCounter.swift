@@ -73,9 +73,9 @@ public final class ShardedMeter: MeterHandler, Sendable {
 
     func flush() {
         flushed.withLock { flushed in
-            let total = total()
-            let delta = total - flushed
-            flushed = total
+            let now = total()
+            let delta = now - flushed
+            flushed = now
             if delta > 0 { base.increment(by: delta) } else if delta < 0 { base.decrement(by: -delta) }
         }
     }

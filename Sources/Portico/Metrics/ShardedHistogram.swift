@@ -31,7 +31,7 @@ public final class ShardedTimer: TimerHandler, ShardedHistogram, @unchecked Send
         self.labels = PrometheusExposition.labels(labels)
         let sorted = buckets.sorted()
         bounds = .allocate(capacity: sorted.count)
-        _ = bounds.initialize(from: sorted.map(GatewayMetrics.nanoseconds))
+        _ = bounds.initialize(fromContentsOf: sorted.map(GatewayMetrics.nanoseconds))
         boundTexts = sorted.map(PrometheusExposition.duration)
         cells = arena.allocate(sorted.count + 2)
     }
