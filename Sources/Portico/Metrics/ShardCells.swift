@@ -46,28 +46,40 @@ final class CellSlab: @unchecked Sendable {
 }
 
 /// A metric's cells: `count` consecutive cells in each shard region of a slab. Holding it keeps
-/// the slab alive.
-struct CellBlock: Sendable {
+/// the slab alive; writing goes through `first` and never touches the slab object (whose
+/// reference count every thread would otherwise share).
+struct CellBlock: @unchecked Sendable {
+    // @unchecked: `first` points into `slab`, which this value keeps alive; the cells there
+    // are atomics.
     let slab: CellSlab
-    let offset: Int
+    /// Shard 0's first cell of this block; shard `s`'s is `stride` bytes on per shard.
+    private let first: UnsafeMutableRawPointer
+    private let stride: Int
     let count: Int
 
-    /// The first of the calling thread's cells (`ThreadShard.current`).
+    init(slab: CellSlab, offset: Int, count: Int) {
+        self.slab = slab
+        first = UnsafeMutableRawPointer(slab.cell(shard: 0, offset))
+        stride = slab.stride
+        self.count = count
+    }
+
+    /// The first of `shard`'s cells of this block.
     @inline(__always)
     func cells(shard: Int) -> UnsafeMutablePointer<Atomic<Int64>> {
-        slab.cell(shard: shard, offset)
+        (first + shard * stride).assumingMemoryBound(to: Atomic<Int64>.self)
     }
 
     @inline(__always)
     func add(_ amount: Int64, cell: Int = 0, shard: Int = ThreadShard.current.index) {
-        slab.cell(shard: shard, offset + cell).pointee.wrappingAdd(amount, ordering: .relaxed)
+        cells(shard: shard)[cell].wrappingAdd(amount, ordering: .relaxed)
     }
 
     /// The sum of one cell over all shards (wrapping).
     func total(cell: Int = 0) -> Int64 {
         var total: Int64 = 0
         for shard in 0..<ThreadShard.count {
-            total &+= slab.cell(shard: shard, offset + cell).pointee.load(ordering: .relaxed)
+            total &+= cells(shard: shard)[cell].load(ordering: .relaxed)
         }
         return total
     }
