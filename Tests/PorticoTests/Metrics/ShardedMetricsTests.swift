@@ -1,5 +1,6 @@
 import CoreMetrics
 import Foundation
+import LockAudit
 import Metrics
 @testable import Portico
 import Prometheus
@@ -8,7 +9,9 @@ import Testing
 
 /// Per-thread metrics (issue #33): what many threads record merges exactly when read, and reads
 /// as swift-prometheus would have rendered it.
-@Suite("Sharded metrics", .timeLimit(.minutes(1)))
+// Serialized: one test fills every shard on purpose, which would send another test's threads
+// to the shared path.
+@Suite("Sharded metrics", .serialized, .timeLimit(.minutes(1)))
 struct ShardedMetricsTests {
     /// Runs `body(thread)` on `count` threads of their own, all alive at once, and waits for them.
     /// Each thread first runs `warmUp` (taking its shard), then waits until every thread has.
@@ -113,6 +116,30 @@ struct ShardedMetricsTests {
         #expect(Self.value(text, "wrapped_seconds_sum") == Double(threads) * 499_500 / 1_000_000)
         #expect(Self.value(text, "portico_requests_total", ["route": "r", "method": "GET", "code": "200"])
             == Double(threads * 1_000))
+    }
+
+    @Test("recording takes no shared lock: a thread takes a handle cache's lock once per label set, then never")
+    func noLockPerRecord() {
+        let factory = Self.sharded(PrometheusCollectorRegistry())
+        LockAudit.start()
+        defer { LockAudit.stop() }
+        let metrics = GatewayMetrics(factory: factory)
+        let compress = CompressMetrics(factory: factory)
+        Self.onThreads(4) { _ in
+            for index in 0..<5_000 {
+                metrics.requestStarted()
+                metrics.firstByte(route: "r", after: .microseconds(index))
+                metrics.requestFinished(route: "r", method: index % 2 == 0 ? "GET" : "PUT", code: 200,
+                                        duration: .microseconds(index))
+                compress.record(route: "r", .compressed, bytesIn: 10, bytesOut: 5)
+            }
+        }
+        let metricLocks = LockAudit.report().filter { $0.site.file.hasPrefix("Portico/Shard") }
+        #expect(!metricLocks.isEmpty)
+        for lock in metricLocks {
+            // 4 threads × at most 2 label sets (GET, PUT) per cache.
+            #expect(lock.acquisitions <= 8, "\(lock.site): \(lock.acquisitions) acquisitions by \(lock.threads.count) threads")
+        }
     }
 
     @Test("threads alive together hold distinct exclusive shards")
