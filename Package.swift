@@ -192,6 +192,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                // Tests/PorticoTests/Metrics compare the sharded histograms' text with swift-prometheus's own.
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -81,14 +81,23 @@ enum Bootstrap {
         }
     }
 
-    /// swift-metrics is bootstrapped exactly once, here, with the Prometheus backend; the
-    /// registry is what the admin listener's /metrics renders.
-    static func metrics() -> PrometheusCollectorRegistry {
+    /// swift-metrics is bootstrapped exactly once, here, with the Prometheus backend behind a
+    /// `ShardedMetricsFactory`: requests record into per-thread cells, merged into the registry
+    /// (counters, meters) or rendered beside it (histograms) when the admin listener reads them.
+    static func metrics() -> MetricsExposition {
         let registry = PrometheusCollectorRegistry()
-        var factory = PrometheusMetricsFactory(registry: registry)
-        factory.defaultDurationHistogramBuckets = GatewayMetrics.requestDurationBuckets
+        var prometheus = PrometheusMetricsFactory(registry: registry)
+        prometheus.defaultDurationHistogramBuckets = GatewayMetrics.requestDurationBuckets
+        let factory = sharded(prometheus)
         MetricsSystem.bootstrap(factory)
-        return registry
+        return MetricsExposition(registry: registry, factory: factory)
+    }
+
+    /// A sharding factory over `prometheus`, with its histogram buckets.
+    static func sharded(_ prometheus: PrometheusMetricsFactory) -> ShardedMetricsFactory {
+        ShardedMetricsFactory(base: prometheus, buckets: .init(
+            defaultDuration: prometheus.defaultDurationHistogramBuckets, duration: prometheus.durationHistogramBuckets,
+            defaultValue: prometheus.defaultValueHistogramBuckets, value: prometheus.valueHistogramBuckets))
     }
 
     /// swift-log is bootstrapped exactly once, here, from the configuration's logging section.
@@ -96,5 +105,16 @@ enum Bootstrap {
         LoggingSystem.bootstrap { label in
             StructuredLogHandler(label: label, format: settings.format, level: settings.level)
         }
+    }
+}
+
+/// What `/metrics` (and `/stats`, which reads it) renders: the registry's text, with the
+/// per-thread counts merged in first and the sharded histograms after it.
+struct MetricsExposition: Sendable {
+    let registry: PrometheusCollectorRegistry
+    let factory: ShardedMetricsFactory
+
+    func render() -> [UInt8] {
+        factory.exposition { registry.emitToBuffer() }
     }
 }

@@ -3,7 +3,6 @@ import Foundation
 import LockAudit
 import Logging
 import Portico
-import Prometheus
 import ServiceLifecycle
 import UnixSignals
 
@@ -15,7 +14,7 @@ import UnixSignals
 /// listeners bind inside their services, after the group traps the signals, so a SIGTERM that
 /// arrives during startup is a graceful shutdown too.
 enum Serve {
-    static func run(config: PorticoConfig, file: String?, logger: Logger, registry: PrometheusCollectorRegistry,
+    static func run(config: PorticoConfig, file: String?, logger: Logger, registry: MetricsExposition,
                     onStart: @escaping @Sendable (UInt16) async throws -> Void = { _ in }) async throws {
         // The confinement test (issue #33): with PORTICO_LOCK_AUDIT=FILE every lock made from here
         // on records the threads that take it, and the report is written to FILE at exit.
@@ -36,7 +35,7 @@ enum Serve {
         }
         var services: [any Service] = []
         if config.admin.enabled {
-            let admin = AdminServer(config: config.admin, gateway: server, logger: logger) { registry.emitToBuffer() }
+            let admin = AdminServer(config: config.admin, gateway: server, logger: logger) { registry.render() }
             services.append(AdminService(admin: admin, address: config.admin.address, logger: logger))
         }
         services.append(ProxyService(server: server, logger: logger, onStart: onStart))

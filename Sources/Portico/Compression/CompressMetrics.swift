@@ -1,12 +1,11 @@
 import CoreMetrics
 import Metrics
-import Synchronization
 
 /// `compress` counters. The compression ratio is derived rather than recorded:
 /// `rate(portico_compress_output_bytes_total) / rate(portico_compress_input_bytes_total)` per
 /// route is the fraction of bytes still sent, over any window Prometheus is asked for — a
 /// per-response histogram would weigh a 2 KiB and a 2 MiB body the same.
-/// Handles are cached per label set; `route` comes from configuration, `result` from `Outcome`.
+/// Handles are made once per label set; `route` comes from configuration, `result` from `Outcome`.
 final class CompressMetrics: Sendable {
     /// What happened to one response; the `result` label.
     enum Outcome: String, Sendable, CaseIterable {
@@ -31,21 +30,43 @@ final class CompressMetrics: Sendable {
         case error
     }
 
-    private struct RouteHandles {
-        var input: Counter
-        var output: Counter
-        var results: [Outcome: Counter]
+    private struct RouteHandles: Sendable {
+        var input: any CounterHandler
+        var output: any CounterHandler
+        var results: [Outcome: any CounterHandler]
     }
 
-    private let factory: any MetricsFactory
-    private let handles = Mutex<[String: RouteHandles]>([:])
+    /// What one shard writes of `RouteHandles`.
+    private struct LocalRouteHandles {
+        var input: CounterCell
+        var output: CounterCell
+        var results: [Outcome: CounterCell]
+    }
+
+    /// Per route; each thread keeps its own cells (`HandleCache`), so recording takes no lock.
+    private let handles: HandleCache<String, RouteHandles, LocalRouteHandles>
 
     init(factory: any MetricsFactory) {
-        self.factory = factory
+        handles = HandleCache(make: { route in
+            let dimensions = [("route", route)]
+            var results: [Outcome: any CounterHandler] = [:]
+            for outcome in Outcome.allCases {
+                results[outcome] = factory.makeCounter(label: "portico_compress_responses_total",
+                                                       dimensions: dimensions + [("result", outcome.rawValue)])
+            }
+            return RouteHandles(
+                input: factory.makeCounter(label: "portico_compress_input_bytes_total", dimensions: dimensions),
+                output: factory.makeCounter(label: "portico_compress_output_bytes_total", dimensions: dimensions),
+                results: results)
+        }, localize: { handles, shard in
+            LocalRouteHandles(input: CounterCell(handles.input, shard: shard),
+                              output: CounterCell(handles.output, shard: shard),
+                              results: handles.results.mapValues { CounterCell($0, shard: shard) })
+        })
     }
 
     func record(route: String?, _ outcome: Outcome, bytesIn: Int = 0, bytesOut: Int = 0) {
-        let routeHandles = handle(route: route ?? "")
+        let routeHandles = handles[route ?? ""]
         routeHandles.results[outcome]?.increment()
         if outcome == .compressed {
             countBytes(routeHandles, bytesIn: bytesIn, bytesOut: bytesOut)
@@ -55,29 +76,11 @@ final class CompressMetrics: Sendable {
     /// The bytes of a compressed stream, counted when it ends (its `compressed` result was
     /// counted when its head went out).
     func countBytes(route: String?, bytesIn: Int, bytesOut: Int) {
-        countBytes(handle(route: route ?? ""), bytesIn: bytesIn, bytesOut: bytesOut)
+        countBytes(handles[route ?? ""], bytesIn: bytesIn, bytesOut: bytesOut)
     }
 
-    private func countBytes(_ handle: RouteHandles, bytesIn: Int, bytesOut: Int) {
+    private func countBytes(_ handle: LocalRouteHandles, bytesIn: Int, bytesOut: Int) {
         handle.input.increment(by: Int64(bytesIn))
         handle.output.increment(by: Int64(bytesOut))
-    }
-
-    private func handle(route: String) -> RouteHandles {
-        handles.withLock { handles in
-            if let existing = handles[route] { return existing }
-            let dimensions = [("route", route)]
-            var results: [Outcome: Counter] = [:]
-            for outcome in Outcome.allCases {
-                results[outcome] = Counter(label: "portico_compress_responses_total",
-                                           dimensions: dimensions + [("result", outcome.rawValue)], factory: factory)
-            }
-            let created = RouteHandles(
-                input: Counter(label: "portico_compress_input_bytes_total", dimensions: dimensions, factory: factory),
-                output: Counter(label: "portico_compress_output_bytes_total", dimensions: dimensions, factory: factory),
-                results: results)
-            handles[route] = created
-            return created
-        }
     }
 }

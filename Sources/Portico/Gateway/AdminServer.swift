@@ -11,7 +11,9 @@ public final class AdminServer: Sendable {
     private let server: HTTPServer
     private let sampler: StatsSampler
 
-    /// `metricsText` renders the Prometheus exposition (the executable owns the registry).
+    /// `metricsText` renders the Prometheus exposition (the executable owns the registry). It is
+    /// the one read of the per-thread metrics (`ShardedMetricsFactory.exposition`): `/metrics`
+    /// and the `/stats` sampler both call it, and each call merges the shards first.
     public init(config: AdminConfig, gateway: GatewayServer, logger: Logger,
                 metricsText: @escaping @Sendable () -> [UInt8]) {
         var configuration = ServerConfiguration()

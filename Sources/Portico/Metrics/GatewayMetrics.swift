@@ -1,28 +1,33 @@
 import CoreMetrics
 import HTTPTypes
 import Metrics
-import Synchronization
 
 /// The gateway's own request metrics, recorded for every request outside the chain.
-/// Handles are cached per label set so the hot path does one dictionary lookup under a lock,
-/// never a factory call. Labels stay bounded: route names come from configuration (unmatched
-/// requests are `route=""`), non-standard methods are `OTHER`, codes are 100–599.
+/// Handles are made once per label set and kept per shard (`HandleCache`): a request does one
+/// dictionary lookup in its thread's shard and writes its thread's cells, never a lock or a
+/// line another thread writes. Labels stay bounded: route names come from configuration
+/// (unmatched requests are `route=""`), non-standard methods are `OTHER`, codes are 100–599.
 public final class GatewayMetrics: Sendable {
-    struct Key: Hashable {
+    struct Key: Hashable, Sendable {
         var route: String
         var method: String
         var code: Int
     }
 
-    struct Handles {
-        var requests: Counter
-        var duration: Metrics.Timer
+    struct Handles: Sendable {
+        var requests: any CounterHandler
+        var duration: any TimerHandler
     }
 
-    private let factory: any MetricsFactory
-    private let handles = Mutex<[Key: Handles]>([:])
+    /// What one shard writes of `Handles`.
+    struct LocalHandles {
+        var requests: CounterCell
+        var duration: TimerRecorder
+    }
+
+    private let handles: HandleCache<Key, Handles, LocalHandles>
     /// `portico_time_to_first_byte_seconds`, per route.
-    private let firstByteTimers = Mutex<[String: Metrics.Timer]>([:])
+    private let firstByteTimers: HandleCache<String, any TimerHandler, TimerRecorder>
     private let inFlight: Meter
     private let reloads: LabelledCounters
     private let overloads: LabelledCounters
@@ -34,30 +39,41 @@ public final class GatewayMetrics: Sendable {
     ]
 
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
-        self.factory = factory
+        handles = HandleCache(make: { key in
+            let dimensions = [("route", key.route), ("method", key.method)]
+            return Handles(
+                requests: factory.makeCounter(label: "portico_requests_total",
+                                              dimensions: dimensions + [("code", String(key.code))]),
+                duration: factory.makeTimer(label: "portico_request_duration_seconds", dimensions: dimensions))
+        }, localize: { handles, shard in
+            LocalHandles(requests: CounterCell(handles.requests, shard: shard),
+                         duration: TimerRecorder(handles.duration, shard: shard))
+        })
+        firstByteTimers = HandleCache(make: { route in
+            factory.makeTimer(label: "portico_time_to_first_byte_seconds", dimensions: [("route", route)])
+        }, localize: TimerRecorder.init)
         inFlight = Meter(label: "portico_in_flight_requests", dimensions: [], factory: factory)
         reloads = LabelledCounters("portico_config_reloads_total", factory: factory)
         overloads = LabelledCounters("portico_overloaded_requests_total", factory: factory)
         Gauge(label: "portico_build_info", dimensions: [("version", PorticoVersion.string)], factory: factory).record(1)
     }
 
-    static let standardMethods: Set<String> = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"]
+    /// The method's label: itself when standard, `OTHER` otherwise (a switch, not a shared set
+    /// whose storage every thread would retain).
+    static func methodLabel(_ method: String) -> String {
+        switch method {
+        case "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE": method
+        default: "OTHER"
+        }
+    }
 
     func requestStarted() { inFlight.increment() }
 
     func requestFinished(route: String?, method: String, code: Int, duration: Duration) {
         inFlight.decrement()
-        let key = Key(route: route ?? "", method: Self.standardMethods.contains(method) ? method : "OTHER",
+        let key = Key(route: route ?? "", method: Self.methodLabel(method),
                       code: (100...599).contains(code) ? code : 0)
-        let handle = handles.withLock { handles in
-            if let existing = handles[key] { return existing }
-            let dimensions = [("route", key.route), ("method", key.method)]
-            let created = Handles(
-                requests: Counter(label: "portico_requests_total", dimensions: dimensions + [("code", String(key.code))], factory: factory),
-                duration: Metrics.Timer(label: "portico_request_duration_seconds", dimensions: dimensions, factory: factory))
-            handles[key] = created
-            return created
-        }
+        let handle = handles[key]
         handle.requests.increment()
         handle.duration.recordNanoseconds(Self.nanoseconds(duration))
     }
@@ -65,15 +81,7 @@ public final class GatewayMetrics: Sendable {
     /// Time to the first byte of a response: when its head went out for a buffered response
     /// (the head and body leave together), when its first body byte did for a streamed one.
     public func firstByte(route: String?, after duration: Duration) {
-        let route = route ?? ""
-        let timer = firstByteTimers.withLock { timers in
-            if let existing = timers[route] { return existing }
-            let created = Metrics.Timer(label: "portico_time_to_first_byte_seconds", dimensions: [("route", route)],
-                                        factory: factory)
-            timers[route] = created
-            return created
-        }
-        timer.recordNanoseconds(Self.nanoseconds(duration))
+        firstByteTimers[route ?? ""].recordNanoseconds(Self.nanoseconds(duration))
     }
 
     /// For a streamed response, instead of `requestFinished` when the head goes out: a stage to

@@ -1,30 +1,25 @@
 import CoreMetrics
 import Metrics
-import Synchronization
 
 /// One counter family (`portico_retries_total`) whose handles are created once per label set
 /// and then reused: creating a handle per request would go through the metrics factory's
-/// lock every time. Handles are made lazily, so a family held in a `static let` is created
+/// lock every time. Each thread keeps its own cells of each (`HandleCache`), so an increment
+/// takes no lock. Handles are made lazily, so a family held in a `static let` is created
 /// after the command has bootstrapped the backend. Label values must come from a bounded set
 /// (configuration names, fixed kinds).
 final class LabelledCounters: Sendable {
     let label: String
-    private let factory: any MetricsFactory
-    private let counters = Mutex<[[String]: Counter]>([:])
+    private let counters: HandleCache<[String], any CounterHandler, CounterCell>
 
     init(_ label: String, factory: any MetricsFactory = MetricsSystem.factory) {
         self.label = label
-        self.factory = factory
+        counters = HandleCache(make: { key in
+            let dimensions = stride(from: 0, to: key.count - 1, by: 2).map { (key[$0], key[$0 + 1]) }
+            return factory.makeCounter(label: label, dimensions: dimensions)
+        }, localize: CounterCell.init)
     }
 
     func increment(_ dimensions: [(String, String)]) {
-        let key = dimensions.flatMap { [$0.0, $0.1] }
-        let counter = counters.withLock { counters in
-            if let existing = counters[key] { return existing }
-            let created = Counter(label: label, dimensions: dimensions, factory: factory)
-            counters[key] = created
-            return created
-        }
-        counter.increment()
+        counters[dimensions.flatMap { [$0.0, $0.1] }].increment()
     }
 }
