@@ -110,8 +110,10 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
     /// `max_connections` (at least 1), for the whole upstream.
     let limit: Int
     let idleTimeout: TimeAmount
-    /// This loop's signal to the others (see `WaitingSignal`).
-    let signal: WaitingSignal
+    /// Every loop's signal (see `WaitingSignal`), this loop's at `index`.
+    let signals: [WaitingSignal]
+    let index: Int
+    var signal: WaitingSignal { signals[index] }
 
     private var phase = Phase.running
     /// Most recently used last.
@@ -127,11 +129,14 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
     /// When the waiter timer fires, while one is scheduled.
     private var waiterTimerAt: NIODeadline?
 
-    init(cap: SharedCap, limit: Int, idleTimeout: TimeAmount, signal: WaitingSignal = WaitingSignal()) {
+    /// One loop's share: `signals` has one signal per loop sharing `cap`, this one's at `index`.
+    init(cap: SharedCap, limit: Int, idleTimeout: TimeAmount, signals: [WaitingSignal] = [WaitingSignal()], index: Int = 0) {
+        precondition(signals.indices.contains(index), "one signal per loop")
         self.cap = cap
         self.limit = max(1, limit)
         self.idleTimeout = idleTimeout
-        self.signal = signal
+        self.signals = signals
+        self.index = index
     }
 
     /// Slots this loop holds: open connections and connections being opened.
@@ -251,8 +256,9 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
     }
 
     /// A request is done with its connection. A reusable, still open connection goes to the
-    /// first waiter, else to the idle list; any other is closed and its slot goes to the first
-    /// waiter (to open a connection) or back to the cap.
+    /// first waiter, else to the idle list — unless the cap is reached and another loop has
+    /// requests waiting: then, as any other, it is closed and its slot goes to the first waiter
+    /// here (to open a connection) or back to the cap, for the other loop.
     mutating func release(_ connection: Connection, reusable: Bool, now: NIODeadline) -> Action {
         var action = Action.none
         // At shutdown every open connection was closed and its slot given back.
@@ -263,12 +269,14 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
                 action.handovers.append(.use(first.waiter, connection))
                 return action
             }
-            idle.append(IdleEntry(connection: connection, since: now))
-            if sweepAt == nil {
-                sweepAt = now + idleTimeout
-                action.sweep = .schedule(now + idleTimeout)
+            if !otherLoopsWait() {
+                idle.append(IdleEntry(connection: connection, since: now))
+                if sweepAt == nil {
+                    sweepAt = now + idleTimeout
+                    action.sweep = .schedule(now + idleTimeout)
+                }
+                return action
             }
-            return action
         }
         open[connection.id] = nil
         cap.release()
@@ -375,6 +383,14 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
             }
         }
         if waiters.isEmpty { lowerSignal() }
+    }
+
+    /// Whether a request on another loop waits for a slot. Below the cap that is one relaxed
+    /// load of the cap's count (so per request it reads, never writes, a shared word); at the
+    /// cap, the other loops' signals too.
+    private func otherLoopsWait() -> Bool {
+        guard signals.count > 1, cap.current >= limit else { return false }
+        return signals.indices.contains { $0 != index && signals[$0].isWaiting }
     }
 
     private func takeSlot() -> Bool {

@@ -20,16 +20,20 @@ import Synchronization
 ///
 /// **The cap is shared.** At most `maxConnections` connections exist at once for the whole
 /// upstream, idle ones included: the loops' shares count them in one `SharedCap` (an atomic
-/// named `Configuration.capName`, e.g. `upstreams.orders.max_connections`), taken when a
-/// connection is to be opened and given back when it closes. It is cheap because it is touched
-/// per connection, never per request: a request on a reused connection does not touch it. A
-/// request that finds no idle connection on its loop and the cap reached waits in its loop's
-/// queue up to `connectTimeout` (or the exchange's deadline), then fails with
-/// `UpstreamError.connectTimeout` (or `.timeout`). Slots freed on another loop reach it in two
-/// ways, both only at the cap: a loop whose share has waiters raises its `WaitingSignal`, and a
-/// loop that closes a connection tells each loop whose signal is up (`EventLoop.execute`); and
-/// a loop whose waiter finds the cap reached with nothing idle asks the other loops, one after
-/// the other, to close one idle connection of theirs (the least recently used) to free a slot.
+/// named `Configuration.capName`, e.g. `upstreams.orders.max_connections`), added to when a
+/// connection is to be opened and subtracted from when it closes. It is cheap because it is
+/// written per connection, never per request: a request on a reused connection only reads it
+/// (one relaxed load when it gives its connection back, to know whether the cap is reached),
+/// and a word no core writes stays in every core's cache. A request that finds no idle
+/// connection on its loop and the cap reached waits in its loop's queue up to `connectTimeout`
+/// (or the exchange's deadline), then fails with `UpstreamError.connectTimeout` (or
+/// `.timeout`). Only at the cap do loops talk to each other, so that a slot held or freed on
+/// one loop is not invisible to another's waiters: a loop with waiters raises its
+/// `WaitingSignal`; a loop that closes a connection tells each loop whose signal is up
+/// (`EventLoop.execute`); a loop giving back a reusable connection while the cap is reached and
+/// another loop waits closes it rather than keeping it idle; and a loop whose waiter finds
+/// nothing idle asks the other loops, one after the other, to close one idle connection of
+/// theirs (the least recently used).
 ///
 /// Connections are kept alive unless either side says otherwise, reused last-in first-out on
 /// their loop, and closed `idleTimeout` after their last use (one sweep timer per loop), or at
@@ -92,7 +96,7 @@ final class HTTP1ConnectionPool: Sendable {
         self.shares = loops.loops.enumerated().map { index, loop in
             Share(loop: loop, index: index,
                   machine: Machine(cap: cap, limit: configuration.maxConnections,
-                                   idleTimeout: TimeAmount(configuration.idleTimeout), signal: signals[index]))
+                                   idleTimeout: TimeAmount(configuration.idleTimeout), signals: signals, index: index))
         }
         self.home = loops.nextHomeIndex()
     }
@@ -235,16 +239,10 @@ final class HTTP1ConnectionPool: Sendable {
 
     // MARK: Actions
 
-    /// Does what the share's machine said. On the share's loop.
+    /// Does what the share's machine said. On the share's loop. Timers and waiters first:
+    /// closing a channel on its loop runs its handlers at once, and a streamed response's end
+    /// may come back here (`release`) before this returns.
     private func perform(_ action: Machine.Action, on share: Share) {
-        for connection in action.close { connection.close() }
-        for handover in action.handovers {
-            switch handover {
-            case .use(let waiter, let connection): waiter.resume(returning: connection)
-            case .connect(let waiter): waiter.resume(returning: nil)
-            case .fail(let waiter, let error): waiter.resume(throwing: error)
-            }
-        }
         switch action.sweep {
         case .keep: break
         case .cancel:
@@ -269,6 +267,14 @@ final class HTTP1ConnectionPool: Sendable {
                 perform(share.machine.waiterTimerFired(now: .now()), on: share)
             }
         }
+        for handover in action.handovers {
+            switch handover {
+            case .use(let waiter, let connection): waiter.resume(returning: connection)
+            case .connect(let waiter): waiter.resume(returning: nil)
+            case .fail(let waiter, let error): waiter.resume(throwing: error)
+            }
+        }
+        for connection in action.close { connection.close() }
         if action.slotFreed { announceFreeSlot(from: share) }
         if action.askForIdle { askForIdle(from: share.index, asking: share.index + 1) }
     }

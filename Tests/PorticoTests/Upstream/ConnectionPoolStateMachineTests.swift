@@ -25,6 +25,12 @@ struct ConnectionPoolStateMachineTests {
         Machine(cap: cap, limit: limit, idleTimeout: idleTimeout)
     }
 
+    /// One machine per loop, sharing one cap and each other's signals.
+    static func loops(_ count: Int, limit: Int, cap: SharedCap) -> [Machine] {
+        let signals = (0..<count).map { _ in WaitingSignal() }
+        return (0..<count).map { Machine(cap: cap, limit: limit, idleTimeout: idleTimeout, signals: signals, index: $0) }
+    }
+
     /// Leases with a slot to connect, and connects at once: the new connection, leased.
     static func open(_ machine: inout Machine, _ id: Int, now: NIODeadline = t0) -> Connection {
         let (lease, action) = machine.lease(now: now)
@@ -34,8 +40,8 @@ struct ConnectionPoolStateMachineTests {
             return Connection(id)
         }
         let connection = Connection(id)
-        let outcome1 = machine.connected(connection)
-        #expect(outcome1)
+        let kept = machine.connected(connection)
+        #expect(kept)
         return connection
     }
 
@@ -90,13 +96,13 @@ struct ConnectionPoolStateMachineTests {
         #expect(second.sweep == .keep, "one sweep timer for the loop")
         #expect(machine.idleCount == 2)
 
-        let outcome2 = Self.leased(machine.lease(now: Self.t0 + .seconds(2)).0) == 2
-        #expect(outcome2, "the most recently used first")
-        let outcome3 = Self.leased(machine.lease(now: Self.t0 + .seconds(2)).0) == 1
-        #expect(outcome3)
+        let newestFirst = Self.leased(machine.lease(now: Self.t0 + .seconds(2)).0) == 2
+        #expect(newestFirst, "the most recently used first")
+        let thenOlder = Self.leased(machine.lease(now: Self.t0 + .seconds(2)).0) == 1
+        #expect(thenOlder)
         #expect(cap.current == 2, "reusing a connection does not touch the cap")
-        let outcome4 = Self.isConnect(machine.lease(now: Self.t0 + .seconds(2)).0)
-        #expect(outcome4, "none idle: a slot for a new one")
+        let opensNew = Self.isConnect(machine.lease(now: Self.t0 + .seconds(2)).0)
+        #expect(opensNew, "none idle: a slot for a new one")
         #expect(cap.current == 3)
         #expect(machine.connectionCount == 3)
     }
@@ -117,13 +123,13 @@ struct ConnectionPoolStateMachineTests {
     func connectFailed() {
         let cap = SharedCap(name: "failed")
         var machine = Self.machine(limit: 1, cap: cap)
-        let outcome5 = Self.isConnect(machine.lease(now: Self.t0).0)
-        #expect(outcome5)
+        let connects = Self.isConnect(machine.lease(now: Self.t0).0)
+        #expect(connects)
         #expect(cap.current == 1)
         _ = machine.connectFailed(now: Self.t0)
         #expect(cap.current == 0)
-        let outcome6 = Self.isConnect(machine.lease(now: Self.t0).0)
-        #expect(outcome6)
+        let connectsAgain = Self.isConnect(machine.lease(now: Self.t0).0)
+        #expect(connectsAgain)
     }
 
     // MARK: Waiters
@@ -186,20 +192,20 @@ struct ConnectionPoolStateMachineTests {
     func cancelWaiter() {
         var machine = Self.machine(limit: 1)
         let c1 = Self.open(&machine, 1)
-        let outcome7 = Self.isWait(machine.lease(now: Self.t0).0)
-        #expect(outcome7)
+        let waits = Self.isWait(machine.lease(now: Self.t0).0)
+        #expect(waits)
         let a = machine.makeWaiterID()
         _ = machine.enqueue("a", id: a, deadline: Self.t0 + .seconds(2), failure: .connectTimeout, now: Self.t0)
         let b = machine.makeWaiterID()
         _ = machine.enqueue("b", id: b, deadline: Self.t0 + .seconds(2), failure: .connectTimeout, now: Self.t0)
-        let outcome8 = machine.cancelWaiter(a) == "a"
-        #expect(outcome8)
-        let outcome9 = machine.cancelWaiter(a) == nil
-        #expect(outcome9)
-        let outcome10 = Self.describe(machine.release(c1, reusable: true, now: Self.t0).handovers) == ["b←c1"]
-        #expect(outcome10)
-        let outcome11 = machine.cancelWaiter(b) == nil
-        #expect(outcome11, "served already")
+        let cancelled = machine.cancelWaiter(a) == "a"
+        #expect(cancelled)
+        let cancelledTwice = machine.cancelWaiter(a) == nil
+        #expect(cancelledTwice)
+        let servedB = Self.describe(machine.release(c1, reusable: true, now: Self.t0).handovers) == ["b←c1"]
+        #expect(servedB)
+        let servedNotCancelled = machine.cancelWaiter(b) == nil
+        #expect(servedNotCancelled, "served already")
     }
 
     // MARK: Idle connections
@@ -228,8 +234,8 @@ struct ConnectionPoolStateMachineTests {
         #expect(Self.ids(action.close) == [2])
         #expect(Self.isConnect(lease))
         #expect(cap.current == 1)
-        let outcome12 = machine.sweepFired(now: Self.t0 + .seconds(9)).sweep == .keep
-        #expect(outcome12, "nothing idle: no sweep")
+        let noSweep = machine.sweepFired(now: Self.t0 + .seconds(9)).sweep == .keep
+        #expect(noSweep, "nothing idle: no sweep")
     }
 
     @Test("connections the upstream closed are not leased, and are closed")
@@ -256,8 +262,8 @@ struct ConnectionPoolStateMachineTests {
         let c3 = Self.open(&machine, 3)
         _ = machine.release(c3, reusable: true, now: Self.t0)
         c3.isActive = false
-        let outcome13 = Self.ids(machine.sweepFired(now: Self.t0 + .seconds(1)).close) == [3]
-        #expect(outcome13)
+        let sweptDead = Self.ids(machine.sweepFired(now: Self.t0 + .seconds(1)).close) == [3]
+        #expect(sweptDead)
         #expect(cap.current == 0)
     }
 
@@ -270,10 +276,10 @@ struct ConnectionPoolStateMachineTests {
         let c1 = Self.open(&machine, 1)
         let c2 = Self.open(&machine, 2)
         _ = machine.release(c2, reusable: true, now: Self.t0)
-        let outcome14 = Self.leased(machine.lease(now: Self.t0).0) == 2
-        #expect(outcome14)
-        let outcome15 = Self.isConnect(machine.lease(now: Self.t0).0)
-        #expect(outcome15, "a third, still connecting")
+        let leasedIdle = Self.leased(machine.lease(now: Self.t0).0) == 2
+        #expect(leasedIdle)
+        let connecting = Self.isConnect(machine.lease(now: Self.t0).0)
+        #expect(connecting, "a third, still connecting")
         Self.wait(&machine, "a", deadline: Self.t0 + .seconds(2))
         let action = machine.shutdown()
         #expect(Set(Self.ids(action.close)) == [1, 2])
@@ -282,8 +288,8 @@ struct ConnectionPoolStateMachineTests {
         #expect(!machine.signal.isWaiting)
         #expect(cap.current == 1, "the connection being opened still holds its slot")
 
-        let outcome16 = !machine.connected(Connection(3))
-        #expect(outcome16, "it is closed when it comes")
+        let refusedAfterShutdown = !machine.connected(Connection(3))
+        #expect(refusedAfterShutdown, "it is closed when it comes")
         #expect(cap.current == 0)
         guard case .shutDown = machine.lease(now: Self.t0).0 else {
             Issue.record("a lease after shutdown must fail")
@@ -305,8 +311,8 @@ struct ConnectionPoolStateMachineTests {
         let action = machine.shutdown()
         #expect(action.sweep == .cancel)
         #expect(Self.ids(action.close) == [1])
-        let outcome17 = machine.shutdown().close.isEmpty
-        #expect(outcome17, "once")
+        let secondShutdownIsNoop = machine.shutdown().close.isEmpty
+        #expect(secondShutdownIsNoop, "once")
     }
 
     // MARK: The cap across loops
@@ -314,8 +320,9 @@ struct ConnectionPoolStateMachineTests {
     @Test("two loops' machines sharing one cap: neither exceeds the total; a slot freed on one serves the other's waiter")
     func capAcrossLoops() {
         let cap = SharedCap(name: "upstreams.shared.max_connections")
-        var loop0 = Self.machine(limit: 3, cap: cap)
-        var loop1 = Self.machine(limit: 3, cap: cap)
+        var machines = Self.loops(2, limit: 3, cap: cap)
+        var loop0 = machines.removeFirst()
+        var loop1 = machines.removeFirst()
         let c1 = Self.open(&loop0, 1)
         _ = Self.open(&loop0, 2)
         _ = Self.open(&loop1, 3)
@@ -323,10 +330,10 @@ struct ConnectionPoolStateMachineTests {
 
         // Both loops are at the cap: whatever they ask, no fourth connection.
         for _ in 0..<3 {
-            let outcome18 = Self.isWait(loop0.lease(now: Self.t0).0)
-            #expect(outcome18)
-            let outcome19 = Self.isWait(loop1.lease(now: Self.t0).0)
-            #expect(outcome19)
+            let loop0Waits = Self.isWait(loop0.lease(now: Self.t0).0)
+            #expect(loop0Waits)
+            let loop1Waits = Self.isWait(loop1.lease(now: Self.t0).0)
+            #expect(loop1Waits)
         }
         #expect(cap.current == 3)
         #expect(loop0.connectionCount + loop1.connectionCount == 3)
@@ -341,20 +348,21 @@ struct ConnectionPoolStateMachineTests {
         let closed = loop0.release(c1, reusable: false, now: Self.t0)
         #expect(closed.slotFreed)
         #expect(cap.current == 2)
-        let outcome20 = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers) == ["x→connect"]
-        #expect(outcome20)
+        let served = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers) == ["x→connect"]
+        #expect(served)
         #expect(cap.current == 3)
         #expect(loop1.connectionCount == 2)
         #expect(!loop1.signal.isWaiting)
-        let outcome21 = Self.isWait(loop0.lease(now: Self.t0).0)
-        #expect(outcome21, "the slot went to loop 1")
+        let loop0StillWaits = Self.isWait(loop0.lease(now: Self.t0).0)
+        #expect(loop0StillWaits, "the slot went to loop 1")
     }
 
     @Test("a loop with an idle connection gives it up for another loop's waiter; the freed slot reaches the waiter")
     func idleGivenUpForOtherLoop() {
         let cap = SharedCap(name: "upstreams.steal.max_connections")
-        var loop0 = Self.machine(limit: 2, cap: cap)
-        var loop1 = Self.machine(limit: 2, cap: cap)
+        var machines = Self.loops(2, limit: 2, cap: cap)
+        var loop0 = machines.removeFirst()
+        var loop1 = machines.removeFirst()
         let c1 = Self.open(&loop0, 1)
         let c2 = Self.open(&loop0, 2)
         _ = loop0.release(c1, reusable: true, now: Self.t0)
@@ -380,35 +388,73 @@ struct ConnectionPoolStateMachineTests {
 
         // A loop with requests waiting of its own keeps its idle connections (it has none anyway
         // by then); one with nothing idle says so and the ask goes on.
-        let outcome22 = !loop1.closeIdleForOtherLoop().0
-        #expect(outcome22)
+        let nothingToGive = !loop1.closeIdleForOtherLoop().0
+        #expect(nothingToGive)
     }
 
     @Test("a connection closed on one loop frees a slot that another loop's waiter takes")
     func closeOnOneLoopServesOther() {
         let cap = SharedCap(name: "upstreams.close.max_connections")
-        var loop0 = Self.machine(limit: 1, cap: cap)
-        var loop1 = Self.machine(limit: 1, cap: cap)
+        var machines = Self.loops(2, limit: 1, cap: cap)
+        var loop0 = machines.removeFirst()
+        var loop1 = machines.removeFirst()
         let c1 = Self.open(&loop0, 1)
         Self.wait(&loop1, "x", deadline: Self.t0 + .seconds(2))
-        let outcome23 = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers).isEmpty
-        #expect(outcome23, "nothing free yet")
+        let nothingFree = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers).isEmpty
+        #expect(nothingFree, "nothing free yet")
 
         let closed = loop0.release(c1, reusable: false, now: Self.t0)
         #expect(closed.slotFreed)
         #expect(loop1.signal.isWaiting)
-        let outcome24 = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers) == ["x→connect"]
-        #expect(outcome24)
+        let servedAfterClose = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers) == ["x→connect"]
+        #expect(servedAfterClose)
         #expect(cap.current == 1)
-        let outcome25 = Self.isWait(loop0.lease(now: Self.t0).0)
-        #expect(outcome25, "loop 1 holds the only slot now")
+        let loop0Waits = Self.isWait(loop0.lease(now: Self.t0).0)
+        #expect(loop0Waits, "loop 1 holds the only slot now")
+    }
+
+    @Test("at the cap, a connection given back while another loop waits is closed for it, not kept idle")
+    func releaseAtCapServesOtherLoop() {
+        let cap = SharedCap(name: "upstreams.release.max_connections")
+        var machines = Self.loops(2, limit: 1, cap: cap)
+        var loop0 = machines.removeFirst()
+        var loop1 = machines.removeFirst()
+        let c1 = Self.open(&loop0, 1)
+        Self.wait(&loop1, "x", deadline: Self.t0 + .seconds(2))
+
+        let released = loop0.release(c1, reusable: true, now: Self.t0)
+        #expect(Self.ids(released.close) == [1], "closed rather than kept idle")
+        #expect(released.slotFreed)
+        #expect(loop0.idleCount == 0)
+        let served = Self.describe(loop1.slotMayBeFree(now: Self.t0).handovers) == ["x→connect"]
+        #expect(served)
+
+        // Nobody waits any more: the next one given back stays idle.
+        let c2 = Connection(2)
+        let connected = loop1.connected(c2)
+        #expect(connected)
+        let kept = loop1.release(c2, reusable: true, now: Self.t0)
+        #expect(kept.close.isEmpty)
+        #expect(loop1.idleCount == 1)
+    }
+
+    @Test("below the cap, loops never hear of each other: a release keeps its connection even with another loop waiting")
+    func belowCapNoCrossTalk() {
+        let cap = SharedCap(name: "upstreams.below.max_connections")
+        var machines = Self.loops(2, limit: 4, cap: cap)
+        var loop0 = machines.removeFirst()
+        let c1 = Self.open(&loop0, 1)
+        machines[0].signal.value.store(true, ordering: .relaxed)  // as if loop 1 waited (it cannot below the cap)
+        let released = loop0.release(c1, reusable: true, now: Self.t0)
+        #expect(released.close.isEmpty && !released.slotFreed && !released.askForIdle)
+        #expect(loop0.idleCount == 1)
     }
 
     @Test("thousands of random transitions on two loops: the cap holds and the counts add up")
     func randomTransitionsKeepTheCap() {
         let limit = 5
         let cap = SharedCap(name: "upstreams.random.max_connections")
-        var machines = [Self.machine(limit: limit, cap: cap), Self.machine(limit: limit, cap: cap)]
+        var machines = Self.loops(2, limit: limit, cap: cap)
         var leased: [[Connection]] = [[], []]
         var connecting = [0, 0]
         var waiting: [[(Machine.WaiterID, String)]] = [[], []]
@@ -457,8 +503,8 @@ struct ConnectionPoolStateMachineTests {
                 } else {
                     nextID += 1
                     let connection = Connection(nextID)
-                    let outcome26 = machines[loop].connected(connection)
-                    #expect(outcome26)
+                    let connected = machines[loop].connected(connection)
+                    #expect(connected)
                     leased[loop].append(connection)
                 }
             case 3, 4:
@@ -476,8 +522,8 @@ struct ConnectionPoolStateMachineTests {
                 apply(machines[loop].slotMayBeFree(now: now), on: loop)
             default:
                 if let (id, name) = waiting[loop].first, random.next() % 2 == 0 {
-                    let outcome27 = machines[loop].cancelWaiter(id) == name
-                    #expect(outcome27)
+                    let cancelledFirst = machines[loop].cancelWaiter(id) == name
+                    #expect(cancelledFirst)
                     waiting[loop].removeFirst()
                 }
             }
@@ -495,7 +541,7 @@ struct ConnectionPoolStateMachineTests {
             let action = machines[loop].shutdown()
             apply(action, on: loop)
             #expect(waiting[loop].isEmpty)
-            for _ in 0..<connecting[loop] { let outcome28 = !machines[loop].connected(Connection(-1)); #expect(outcome28) }
+            for _ in 0..<connecting[loop] { let lateRefused = !machines[loop].connected(Connection(-1)); #expect(lateRefused) }
         }
         #expect(cap.current == 0, "every slot given back")
     }
