@@ -21,8 +21,9 @@ final class NIOTokenTransport: TokenTransport {
         self.limit = limit
         // A token endpoint is called every few minutes: a few connections, closed soon after use.
         pool = HTTP1Connection.Endpoint.make(url: tokenURL, tls: tls).map {
-            HTTP1ConnectionPool(.init(endpoint: $0, maxConnections: 4, connectTimeout: timeout, idleTimeout: .seconds(4)),
-                                group: MultiThreadedEventLoopGroup.singleton)
+            HTTP1ConnectionPool(.init(endpoint: $0, maxConnections: 4, connectTimeout: timeout, idleTimeout: .seconds(4),
+                                      capName: "token endpoint \(tokenURL.host ?? "").max_connections"),
+                                loops: .shared)
         }
     }
 

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// The event loops a gateway's requests run on: one per libmicrohttpd daemon thread, paired by
 /// index. Daemon thread `i` starts its requests' tasks on `executors[i]`, and everything a
@@ -18,6 +19,8 @@ public final class EventLoops: Sendable {
     /// Loop identity → index (built once; read-only afterwards, so lookups share nothing writable).
     private let indices: [ObjectIdentifier: Int]
     private let owned: Bool
+    /// The next loop `nextHomeIndex` deals.
+    private let homeTurn = Atomic<Int>(0)
 
     /// `count` loops of a group of this gateway's own.
     public convenience init(count: Int) {
@@ -44,6 +47,13 @@ public final class EventLoops: Sendable {
     public var currentIndex: Int? {
         guard let current = MultiThreadedEventLoopGroup.currentEventLoop else { return nil }
         return indices[ObjectIdentifier(current)]
+    }
+
+    /// A loop for something made once that serves callers on none of these loops (a pool's
+    /// requests from tests or token fetches): dealt in turn, so such things spread over the
+    /// loops. Called when the thing is made, never per request.
+    public func nextHomeIndex() -> Int {
+        Int(UInt(bitPattern: homeTurn.wrappingAdd(1, ordering: .relaxed).oldValue) % UInt(loops.count))
     }
 
     /// Stops the loops of a gateway's own group (after its last request and connection).

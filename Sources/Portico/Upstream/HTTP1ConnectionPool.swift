@@ -1,54 +1,74 @@
+import LockAudit
 import NIOCore
 import NIOHTTP1
 import Synchronization
 
 /// A small HTTP/1.1 connection pool on SwiftNIO: the `nio` transport's, upstreams' and token
 /// endpoints' alike. Portico owns it rather than using AsyncHTTPClient's for two
-/// reasons: cost (a task's exchange stays on its event loop: an idle connection of the caller's
-/// loop is leased first and new ones open there; measured 25 % less CPU per proxied request),
-/// and verification — with `tls.server_name`, the certificate must name `server_name` by DNS
-/// name (`ServerNameCheck`), and AsyncHTTPClient builds its `NIOSSLClientHandler` itself, whose
-/// host name check also accepts an IP-address name equal to the connected address.
+/// reasons: cost (a task's exchange stays on its event loop; measured 25 % less CPU per proxied
+/// request), and verification — with `tls.server_name`, the certificate must name `server_name`
+/// by DNS name (`ServerNameCheck`), and AsyncHTTPClient builds its `NIOSSLClientHandler`
+/// itself, whose host name check also accepts an IP-address name equal to the connected address.
 ///
-/// At most `maxConnections` connections exist at once (idle ones included); a request that
-/// finds none free waits up to `connectTimeout` for one (then `UpstreamError.connectTimeout`).
-/// Connections are kept alive unless either side says otherwise, reused last-in first-out, and
-/// closed between one and two `idleTimeout`s after their last use (one sweep timer per pool),
-/// or at `shutdown`.
+/// **One pool per event loop** (issue #33). For each loop of `loops` there is a share of the
+/// pool (a `ConnectionPoolStateMachine`) that only that loop touches: its idle connections,
+/// opened on that loop, its waiting requests, its timers. A request uses the share of the loop
+/// it runs on (`EventLoops.currentIndex`), so leasing and releasing a connection take no lock
+/// and write nothing another core reads. A caller on no loop of `loops` (a test, a token fetch)
+/// moves onto this pool's home loop for the exchange (`EventLoops.nextHomeIndex`, dealt once
+/// per pool), so its requests reuse one loop's connections.
+///
+/// **The cap is shared.** At most `maxConnections` connections exist at once for the whole
+/// upstream, idle ones included: the loops' shares count them in one `SharedCap` (an atomic
+/// named `Configuration.capName`, e.g. `upstreams.orders.max_connections`), added to when a
+/// connection is to be opened and subtracted from when it closes. It is cheap because it is
+/// written per connection, never per request: a request on a reused connection only reads it
+/// (one relaxed load when it gives its connection back, to know whether the cap is reached),
+/// and a word no core writes stays in every core's cache. A request that finds no idle
+/// connection on its loop and the cap reached waits in its loop's queue up to `connectTimeout`
+/// (or the exchange's deadline), then fails with `UpstreamError.connectTimeout` (or
+/// `.timeout`). Only at the cap do loops talk to each other, so that a slot held or freed on
+/// one loop is not invisible to another's waiters: a loop with waiters raises its
+/// `WaitingSignal`; a loop that closes a connection tells each loop whose signal is up
+/// (`EventLoop.execute`); a loop giving back a reusable connection while the cap is reached and
+/// another loop waits closes it rather than keeping it idle; and a loop whose waiter finds
+/// nothing idle asks the other loops, one after the other, to close one idle connection of
+/// theirs (the least recently used).
+///
+/// Connections are kept alive unless either side says otherwise, reused last-in first-out on
+/// their loop, and closed `idleTimeout` after their last use (one sweep timer per loop), or at
+/// `shutdown`.
 final class HTTP1ConnectionPool: Sendable {
     struct Configuration: Sendable {
         var endpoint: HTTP1Connection.Endpoint
         var maxConnections: Int
         var connectTimeout: Duration
         var idleTimeout: Duration
+        /// The name of the shared count of this pool's connections (`SharedCap`), as the
+        /// confinement test lists it: `upstreams.NAME.max_connections`.
+        var capName: String
     }
 
-    private struct IdleConnection {
-        var connection: HTTP1Connection
-        /// When it went idle: closed once idle for `idleTimeout` (by the next lease or the sweep).
-        var since: NIODeadline
-    }
+    typealias Machine = ConnectionPoolStateMachine<HTTP1Connection, CheckedContinuation<HTTP1Connection?, any Error>>
 
-    private struct Waiter {
-        var id: Int
-        var continuation: CheckedContinuation<HTTP1Connection?, any Error>
-        var timeout: Scheduled<Void>?
-    }
-
-    private struct State {
-        /// Slots taken by requests connecting or exchanging; `leased + idle.count <= maxConnections`.
-        var leased = 0
-        var idle: [IdleConnection] = []
-        var waiters: [Waiter] = []
-        var nextWaiterID = 0
-        /// Every open connection, to close at shutdown.
-        var open: [ObjectIdentifier: HTTP1Connection] = [:]
-        var isShutDown = false
-        /// The one timer that closes connections idle too long, while any are idle.
+    /// One loop's share. Its mutable parts are touched only on `loop`: `execute` reaches it from
+    /// a task running on that loop (checked with `inEventLoop`, or hopped to with
+    /// `EventLoop.execute`), and every callback that reaches it — timers, the response's
+    /// `finished` future, the other loops' messages — is scheduled on `loop` (a connection of
+    /// this share lives on `loop`, so do its futures). Hence `@unchecked Sendable` without a lock.
+    private final class Share: @unchecked Sendable {
+        let loop: any EventLoop
+        let index: Int
+        var machine: Machine
         var sweep: Scheduled<Void>?
-    }
+        var waiterTimer: Scheduled<Void>?
 
-    private let configuration: Configuration
+        init(loop: any EventLoop, index: Int, machine: Machine) {
+            self.loop = loop
+            self.index = index
+            self.machine = machine
+        }
+    }
 
     /// How long a request may wait for a connection (a free slot, then connecting), and what
     /// it fails with past that: `connect_timeout`, or the exchange's own deadline if sooner.
@@ -56,45 +76,48 @@ final class HTTP1ConnectionPool: Sendable {
         var limit: NIODeadline
         var failure: UpstreamError
     }
-    private let group: any EventLoopGroup
-    private let state = Mutex(State())
 
-    init(_ configuration: Configuration, group: any EventLoopGroup) {
+    private let configuration: Configuration
+    private let loops: EventLoops
+    private let shares: [Share]
+    /// The share of callers not on one of `loops`.
+    private let home: Int
+    /// One per share, same order; read by a loop that frees a slot.
+    private let signals: [WaitingSignal]
+    /// Set once by `shutdown`; read per request (never written then, so never contended).
+    private let isShutDown = Atomic<Bool>(false)
+
+    init(_ configuration: Configuration, loops: EventLoops) {
         self.configuration = configuration
-        self.group = group
+        self.loops = loops
+        let cap = SharedCap(name: configuration.capName)
+        let signals = loops.loops.map { _ in WaitingSignal() }
+        self.signals = signals
+        self.shares = loops.loops.enumerated().map { index, loop in
+            Share(loop: loop, index: index,
+                  machine: Machine(cap: cap, limit: configuration.maxConnections,
+                                   idleTimeout: TimeAmount(configuration.idleTimeout), signals: signals, index: index))
+        }
+        self.home = loops.nextHomeIndex()
     }
 
     /// One exchange on a pooled (or new) connection. Errors are `UpstreamError` where a kind
     /// applies; cancellation closes the connection in use and rethrows. A response whose body
     /// streams keeps its connection until the body has ended (or failed).
     nonisolated(nonsending) func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
-        // Waiting for a connection counts as connecting, and stops at the exchange's deadline.
-        var wait = Wait(limit: .now() + TimeAmount(configuration.connectTimeout), failure: .connectTimeout)
-        if let deadline = exchange.deadline, deadline < wait.limit { wait = Wait(limit: deadline, failure: .timeout) }
-        let connection: HTTP1Connection
-        if let pooled = try await lease(wait) {
-            connection = pooled
-        } else {
-            do {
-                connection = try await connect(wait)
-            } catch {
-                release(nil)
-                throw error
-            }
+        if isShutDown.load(ordering: .relaxed) { throw Machine.shutDownError }
+        if let index = loops.currentIndex {
+            return try await execute(exchange, on: shares[index])
         }
-        do {
-            let response = try await connection.execute(exchange)
-            if let finished = response.finished {
-                finished.whenComplete { [self] result in
-                    release(connection, reusable: (try? result.get()) ?? false)
-                }
-            } else {
-                release(connection, reusable: response.reusable)
-            }
-            return response
-        } catch {
-            release(connection, reusable: false)
-            throw error
+        return try await executeAtHome(exchange)
+    }
+
+    /// `execute` for a caller on none of the loops: the exchange runs on the home loop, as a
+    /// task preferring that loop's executor (so every resumption lands there too).
+    @concurrent private func executeAtHome(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
+        let share = shares[home]
+        return try await withTaskExecutorPreference(loops.executors[home]) {
+            try await self.execute(exchange, on: share)
         }
     }
 
@@ -106,157 +129,181 @@ final class HTTP1ConnectionPool: Sendable {
 
     /// Closes every connection and fails waiting requests; later requests fail at once.
     func shutdown() {
-        let (connections, waiters) = state.withLock { state in
-            state.isShutDown = true
-            let all = Array(state.open.values)
-            let waiters = state.waiters
-            state.sweep?.cancel()
-            state.sweep = nil
-            state.idle = []
-            state.waiters = []
-            state.open = [:]
-            return (all, waiters)
+        isShutDown.store(true, ordering: .relaxed)
+        for share in shares {
+            onLoop(share) { [self] in perform(share.machine.shutdown(), on: share) }
         }
-        for waiter in waiters {
-            waiter.timeout?.cancel()
-            waiter.continuation.resume(throwing: UpstreamError.connectFailed("client is shut down"))
-        }
-        connections.forEach { $0.close() }
     }
 
-    // MARK: Leasing
+    // MARK: One loop's share
 
-    /// Takes a slot: with an open idle connection (the most recently used one on the caller's
-    /// event loop, else the most recently used one), or `nil` when the caller may open a new one.
-    /// Without a free slot, waits up to `connectTimeout` for one.
-    nonisolated(nonsending) private func lease(_ wait: Wait) async throws -> HTTP1Connection? {
-        enum Outcome { case pooled(HTTP1Connection), connect, wait, shutDown }
-        var stale: [HTTP1Connection] = []
-        let now = NIODeadline.now()
-        let idleTimeout = TimeAmount(configuration.idleTimeout)
-        let outcome = state.withLock { state -> Outcome in
-            if state.isShutDown { return .shutDown }
-            while let index = state.idle.lastIndex(where: { $0.connection.channel.eventLoop.inEventLoop })
-                    ?? state.idle.indices.last {
-                let candidate = state.idle.remove(at: index)
-                if candidate.connection.isActive && candidate.since + idleTimeout > now {
-                    state.leased += 1
-                    return .pooled(candidate.connection)
+    /// The exchange on `share`'s loop (the caller runs there).
+    nonisolated(nonsending) private func execute(_ exchange: HTTP1Exchange, on share: Share) async throws -> HTTP1Response {
+        // Waiting for a connection counts as connecting, and stops at the exchange's deadline.
+        var wait = Wait(limit: .now() + TimeAmount(configuration.connectTimeout), failure: .connectTimeout)
+        if let deadline = exchange.deadline, deadline < wait.limit { wait = Wait(limit: deadline, failure: .timeout) }
+        let connection: HTTP1Connection
+        if let pooled = try await lease(wait, on: share) {
+            connection = pooled
+        } else {
+            connection = try await connect(wait, on: share)
+        }
+        do {
+            let response = try await connection.execute(exchange)
+            if let finished = response.finished {
+                // Completed on the connection's loop: the share's.
+                finished.whenComplete { [self] result in
+                    release(connection, reusable: (try? result.get()) ?? false, on: share)
                 }
-                state.open[ObjectIdentifier(candidate.connection.channel)] = nil
-                stale.append(candidate.connection)
+            } else {
+                release(connection, reusable: response.reusable, on: share)
             }
-            guard state.leased < configuration.maxConnections else { return .wait }
-            state.leased += 1
-            return .connect
-        }
-        stale.forEach { $0.close() }
-        switch outcome {
-        case .pooled(let connection): return connection
-        case .connect: return nil
-        case .shutDown: throw UpstreamError.connectFailed("client is shut down")
-        case .wait: return try await waitForSlot(wait)
+            return response
+        } catch {
+            release(connection, reusable: false, on: share)
+            throw error
         }
     }
 
-    /// Waits for the slot a finishing request hands over (with its connection when reusable).
-    private func waitForSlot(_ wait: Wait) async throws -> HTTP1Connection? {
-        let id = state.withLock { state in
-            defer { state.nextWaiterID += 1 }
-            return state.nextWaiterID
+    /// An idle connection of the share's, or `nil` when a slot was taken for the caller to open
+    /// one. Without either, waits up to `wait.limit` for one.
+    nonisolated(nonsending) private func lease(_ wait: Wait, on share: Share) async throws -> HTTP1Connection? {
+        // The caller runs on the share's loop (`execute`); anything else is a bug, not a race.
+        share.loop.preconditionInEventLoop()
+        let (lease, action) = share.machine.lease(now: .now())
+        perform(action, on: share)
+        switch lease {
+        case .use(let connection): return connection
+        case .connect: return nil
+        case .shutDown: throw Machine.shutDownError
+        case .wait: return try await waitInLine(wait, on: share)
         }
+    }
+
+    /// Waits in the share's queue for a connection or a slot.
+    nonisolated(nonsending) private func waitInLine(_ wait: Wait, on share: Share) async throws -> HTTP1Connection? {
+        let id = share.machine.makeWaiterID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTP1Connection?, any Error>) in
-                // Like AsyncHTTPClient: waiting for a pooled connection counts as connecting.
-                let timeout = group.any().scheduleTask(deadline: wait.limit) { [self] in
-                    resumeWaiter(id, throwing: wait.failure)
+                if Task.isCancelled {
+                    continuation.resume(throwing: CancellationError())
+                    return
                 }
-                let immediate: (any Error)? = state.withLock { state in
-                    if state.isShutDown { return UpstreamError.connectFailed("client is shut down") }
-                    if Task.isCancelled { return CancellationError() }
-                    state.waiters.append(Waiter(id: id, continuation: continuation, timeout: timeout))
-                    return nil
-                }
-                if let immediate {
-                    timeout.cancel()
-                    continuation.resume(throwing: immediate)
-                }
+                // Still on the share's loop, in the same turn as `lease`.
+                let action = share.machine.enqueue(continuation, id: id, deadline: wait.limit, failure: wait.failure,
+                                                   now: .now())
+                perform(action, on: share)
             }
-        } onCancel: {
-            resumeWaiter(id, throwing: CancellationError())
+        } onCancel: { [self] in
+            onLoop(share) {
+                share.machine.cancelWaiter(id)?.resume(throwing: CancellationError())
+            }
         }
     }
 
-    private func resumeWaiter(_ id: Int, throwing error: any Error) {
-        let waiter = state.withLock { state -> Waiter? in
-            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return state.waiters.remove(at: index)
-        }
-        waiter?.timeout?.cancel()
-        waiter?.continuation.resume(throwing: error)
-    }
-
-    /// Gives a slot back. A reusable open connection goes to the first waiter, else to the idle
-    /// list; anything else is closed, and a waiter gets the slot to open a connection of its own.
-    private func release(_ connection: HTTP1Connection?, reusable: Bool = false) {
-        let keep = connection.flatMap { reusable && $0.isActive ? $0 : nil }
-        let (waiter, close) = state.withLock { state -> (Waiter?, Bool) in
-            if let connection, keep == nil || state.isShutDown {
-                state.open[ObjectIdentifier(connection.channel)] = nil
-            }
-            if state.isShutDown { return (nil, connection != nil) }
-            if !state.waiters.isEmpty {
-                return (state.waiters.removeFirst(), keep == nil && connection != nil)  // `leased` stays: the slot passes on
-            }
-            state.leased -= 1
-            if let keep {
-                state.idle.append(IdleConnection(connection: keep, since: .now()))
-                if state.sweep == nil { state.sweep = scheduleSweep(on: keep.channel.eventLoop) }
-                return (nil, false)
-            }
-            return (nil, connection != nil)
-        }
-        if close { connection?.close() }
-        waiter?.timeout?.cancel()
-        waiter?.continuation.resume(returning: keep)
-    }
-
-    /// A new connection, registered for shutdown. Needs a slot.
-    private func connect(_ wait: Wait) async throws -> HTTP1Connection {
-        let connection = try await HTTP1Connection.connect(to: configuration.endpoint, on: group,
+    /// A new connection on the share's loop, for the slot the caller holds.
+    nonisolated(nonsending) private func connect(_ wait: Wait, on share: Share) async throws -> HTTP1Connection {
+        let connection: HTTP1Connection
+        do {
+            connection = try await HTTP1Connection.connect(to: configuration.endpoint, on: share.loop,
                                                            timeout: wait.limit - .now(), failure: wait.failure)
-        let shutDown = state.withLock { state in
-            if !state.isShutDown { state.open[ObjectIdentifier(connection.channel)] = connection }
-            return state.isShutDown
+        } catch {
+            onLoop(share) { [self] in perform(share.machine.connectFailed(now: .now()), on: share) }
+            throw error
         }
-        if shutDown {
-            connection.close()
-            throw UpstreamError.connectFailed("client is shut down")
+        // The task resumes on the share's loop (its executor is the loop's); `onLoop` in case not.
+        if share.loop.inEventLoop {
+            if share.machine.connected(connection) { return connection }
+        } else {
+            let kept = try await share.loop.submit { share.machine.connected(connection) }.get()
+            if kept { return connection }
         }
-        return connection
+        connection.close()
+        throw Machine.shutDownError
     }
 
-    /// The sweep, `idleTimeout` from now: a connection is closed between one and two idle
-    /// timeouts after its last use, for one timer per pool instead of one per request.
-    private func scheduleSweep(on eventLoop: any EventLoop) -> Scheduled<Void> {
-        eventLoop.scheduleTask(in: TimeAmount(configuration.idleTimeout)) { [self] in sweepIdle() }
+    private func release(_ connection: HTTP1Connection, reusable: Bool, on share: Share) {
+        onLoop(share) { [self] in
+            perform(share.machine.release(connection, reusable: reusable, now: .now()), on: share)
+        }
     }
 
-    private func sweepIdle() {
-        let cutoff = NIODeadline.now() - TimeAmount(configuration.idleTimeout)
-        let expired = state.withLock { state -> [HTTP1Connection] in
-            state.sweep = nil
-            guard !state.isShutDown else { return [] }
-            var expired: [HTTP1Connection] = []
-            state.idle.removeAll { idle in
-                guard idle.since <= cutoff || !idle.connection.isActive else { return false }
-                state.open[ObjectIdentifier(idle.connection.channel)] = nil
-                expired.append(idle.connection)
-                return true
+    /// Runs `body` on the share's loop: at once when already there (the common case).
+    private func onLoop(_ share: Share, _ body: @escaping @Sendable () -> Void) {
+        if share.loop.inEventLoop {
+            body()
+        } else {
+            share.loop.execute(body)
+        }
+    }
+
+    // MARK: Actions
+
+    /// Does what the share's machine said. On the share's loop. Timers and waiters first:
+    /// closing a channel on its loop runs its handlers at once, and a streamed response's end
+    /// may come back here (`release`) before this returns.
+    private func perform(_ action: Machine.Action, on share: Share) {
+        switch action.sweep {
+        case .keep: break
+        case .cancel:
+            share.sweep?.cancel()
+            share.sweep = nil
+        case .schedule(let deadline):
+            share.sweep?.cancel()
+            share.sweep = share.loop.scheduleTask(deadline: deadline) { [self] in
+                share.sweep = nil
+                perform(share.machine.sweepFired(now: .now()), on: share)
             }
-            if let last = state.idle.last { state.sweep = scheduleSweep(on: last.connection.channel.eventLoop) }
-            return expired
         }
-        expired.forEach { $0.close() }
+        switch action.waiterTimer {
+        case .keep: break
+        case .cancel:
+            share.waiterTimer?.cancel()
+            share.waiterTimer = nil
+        case .schedule(let deadline):
+            share.waiterTimer?.cancel()
+            share.waiterTimer = share.loop.scheduleTask(deadline: deadline) { [self] in
+                share.waiterTimer = nil
+                perform(share.machine.waiterTimerFired(now: .now()), on: share)
+            }
+        }
+        for handover in action.handovers {
+            switch handover {
+            case .use(let waiter, let connection): waiter.resume(returning: connection)
+            case .connect(let waiter): waiter.resume(returning: nil)
+            case .fail(let waiter, let error): waiter.resume(throwing: error)
+            }
+        }
+        for connection in action.close { connection.close() }
+        if action.slotFreed { announceFreeSlot(from: share) }
+        if action.askForIdle { askForIdle(from: share.index, asking: share.index + 1) }
     }
+
+    /// A slot was given back on `share`'s loop: every other loop with requests waiting hears
+    /// of it. Only at the cap is any signal up; below it this reads a few unwritten words.
+    private func announceFreeSlot(from share: Share) {
+        for (index, signal) in signals.enumerated() where index != share.index && signal.isWaiting {
+            let other = shares[index]
+            other.loop.execute { [self] in
+                perform(other.machine.slotMayBeFree(now: .now()), on: other)
+            }
+        }
+    }
+
+    /// Asks the loops after `origin`, one at a time, to close one idle connection so that its
+    /// slot goes to a waiter on `origin` (announced by `announceFreeSlot`).
+    private func askForIdle(from origin: Int, asking next: Int) {
+        let index = next % shares.count
+        guard index != origin else { return }
+        let other = shares[index]
+        other.loop.execute { [self] in
+            let (closed, action) = other.machine.closeIdleForOtherLoop()
+            perform(action, on: other)
+            if !closed { askForIdle(from: origin, asking: index + 1) }
+        }
+    }
+}
+
+extension HTTP1Connection: PoolableConnection {
+    var id: ObjectIdentifier { ObjectIdentifier(channel) }
 }

@@ -22,9 +22,10 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     typealias Completion = (Result<HTTP1Response, any Error>) -> Void
 
     /// The exchange in progress: only what its response needs (the request itself is written
-    /// by then). Kept in `exchange` and changed in place, not copied per part: every copy of it
-    /// retains each of its references.
-    private struct Exchange {
+    /// by then). A class, carried by `State.exchanging` and changed in place: a struct payload
+    /// would be copied out of the enum and back per response part, retaining each of its
+    /// references every time (measured in session 13); this costs one allocation per exchange.
+    private final class Exchange {
         /// `nil` once called (a streamed response's head has been handed on).
         var complete: Completion?
         let limit: Int
@@ -37,19 +38,26 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         /// (`true`: the connection may be reused).
         var relay: StreamedResponseRelay?
         var finished: EventLoopPromise<Bool>?
+
+        init(complete: @escaping Completion, limit: Int, requestIsHead: Bool,
+             makeRelay: HTTP1Exchange.RelayFactory?, requestAsksClose: Bool) {
+            self.complete = complete
+            self.limit = limit
+            self.requestIsHead = requestIsHead
+            self.makeRelay = makeRelay
+            self.requestAsksClose = requestAsksClose
+        }
     }
 
     private enum State {
         /// Waiting for TCP (and the TLS handshake, when `awaitsHandshake`).
         case connecting(EventLoopPromise<Void>)
         case idle
-        /// `exchange` holds it.
-        case exchanging
+        case exchanging(Exchange)
         case closed
     }
 
     private var state: State
-    private var exchange: Exchange?
     /// Succeeds once the connection can carry a request.
     let ready: EventLoopFuture<Void>
     private let awaitsHandshake: Bool
@@ -94,10 +102,9 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
             return
         }
         let head = request.head
-        state = .exchanging
-        exchange = Exchange(complete: complete, limit: request.limit, requestIsHead: request.requestIsHead,
-                            makeRelay: request.makeRelay,
-                            requestAsksClose: !head.isKeepAlive || request.upload != nil)
+        state = .exchanging(Exchange(complete: complete, limit: request.limit, requestIsHead: request.requestIsHead,
+                                     makeRelay: request.makeRelay,
+                                     requestAsksClose: !head.isKeepAlive || request.upload != nil))
         if let deadline = request.deadline {
             // A callback, not `scheduleTask`: no promise and future made (and dropped) per request.
             do {
@@ -145,35 +152,35 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .exchanging = state, exchange != nil else {
+        guard case .exchanging(let exchange) = state else {
             // Bytes nobody asked for: the connection cannot be trusted to frame the next response.
             context.close(promise: nil)
             return
         }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            exchange!.head = head  // 1xx never arrive: the decoder drops them
-            let limit = exchange!.limit
-            var plan = ResponseBodyPlan(head: head, requestIsHead: exchange!.requestIsHead, limit: limit)
-            if case .stream = plan, exchange!.makeRelay == nil { plan = .buffer }
-            switch plan {
-            case .buffer:
-                break
+            exchange.head = head  // 1xx never arrive: the decoder drops them
+            let limit = exchange.limit
+            switch ResponseBodyPlan(head: head, requestIsHead: exchange.requestIsHead, limit: limit) {
             case .tooLarge:
                 fail(UpstreamError.responseTooLarge(limit: limit))
             case .stream(let length):
+                // Without a relay factory every body is collected whole.
+                guard let makeRelay = exchange.makeRelay else { break }
                 cancelExchangeTimeout()
                 let channel = context.channel
-                let relay = exchange!.makeRelay!(length) { channel.close(promise: nil) }
+                let relay = makeRelay(length) { channel.close(promise: nil) }
                 let finished = context.eventLoop.makePromise(of: Bool.self)
-                exchange!.relay = relay
-                exchange!.finished = finished
-                let complete = exchange!.complete.take()
+                exchange.relay = relay
+                exchange.finished = finished
+                let complete = exchange.complete.take()
                 complete?(.success(HTTP1Response(head: head, body: ByteBuffer(), stream: relay.stream, reusable: false,
                                                  finished: finished.futureResult)))
+            case .buffer:
+                break
             }
         case .body(let part):
-            if let relay = exchange!.relay {
+            if let relay = exchange.relay {
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
                 switch relay.deliver(part, resume: { handler.eventLoop.execute { handler.value.resumeReads() } }) {
                 case .proceed: break
@@ -182,32 +189,32 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 }
                 return
             }
-            let collected = exchange!.body?.readableBytes ?? 0
-            guard collected + part.readableBytes <= exchange!.limit else {
-                fail(UpstreamError.responseTooLarge(limit: exchange!.limit))
+            let collected = exchange.body?.readableBytes ?? 0
+            guard collected + part.readableBytes <= exchange.limit else {
+                fail(UpstreamError.responseTooLarge(limit: exchange.limit))
                 return
             }
-            if exchange!.body == nil {
-                exchange!.body = part
+            if exchange.body == nil {
+                exchange.body = part
             } else {
-                exchange!.body!.writeImmutableBuffer(part)
+                exchange.body?.writeImmutableBuffer(part)
             }
         case .end:
-            guard let head = exchange!.head else {
+            guard let head = exchange.head else {
                 fail(UpstreamError.protocolError("no response head"))
                 return
             }
             cancelExchangeTimeout()
-            let ended = exchange.take()!
-            let reusable = head.isKeepAlive && !ended.requestAsksClose && context.channel.isActive
+            let reusable = head.isKeepAlive && !exchange.requestAsksClose && context.channel.isActive
             state = reusable ? .idle : .closed
             if !reusable { context.close(promise: nil) }
-            if let relay = ended.relay {
+            if let relay = exchange.relay {
                 resumeReads()
                 relay.finish()
-                ended.finished?.succeed(reusable)
+                exchange.finished?.succeed(reusable)
             } else {
-                ended.complete?(.success(HTTP1Response(head: head, body: ended.body ?? ByteBuffer(), reusable: reusable)))
+                exchange.complete.take()?(.success(HTTP1Response(head: head, body: exchange.body ?? ByteBuffer(),
+                                                                 reusable: reusable)))
             }
         }
     }
@@ -223,8 +230,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         switch state {
         case .connecting:
             fail(UpstreamError.connectFailed("connection closed during the TLS handshake"))
-        case .exchanging:
-            fail(exchange?.head == nil ? UpstreamError.connectionClosed("remote closed the connection")
+        case .exchanging(let exchange):
+            fail(exchange.head == nil ? UpstreamError.connectionClosed("remote closed the connection")
                                       : UpstreamError.connectionClosed("closed before the body was complete"))
         case .idle, .closed:
             state = .closed
@@ -258,20 +265,19 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// Fails whatever waits (the connect or the exchange) and closes the connection.
     private func fail(_ error: any Error) {
         let previous = state
-        let failed = exchange.take()
         state = .closed
         handshakeTimeout?.cancel()
         cancelExchangeTimeout()
         switch previous {
         case .connecting(let ready):
             ready.fail(Self.kind(of: error, afterHead: false, limit: 0))
-        case .exchanging:
-            if let failed, let relay = failed.relay {
+        case .exchanging(let failed):
+            if let relay = failed.relay {
                 // The response was handed on at its head: its reader hears of the failure.
                 relay.fail(error)
                 failed.finished?.succeed(false)
-            } else if let failed {
-                failed.complete?(.failure(Self.kind(of: error, afterHead: failed.head != nil, limit: failed.limit)))
+            } else {
+                failed.complete.take()?(.failure(Self.kind(of: error, afterHead: failed.head != nil, limit: failed.limit)))
             }
         case .idle, .closed:
             if closedBy == nil { closedBy = error }

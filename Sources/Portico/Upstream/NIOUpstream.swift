@@ -18,8 +18,9 @@ import Synchronization
 /// which keeps a task, its connection and the response on one event loop, and AsyncHTTPClient
 /// cannot require a certificate to name `tls.server_name` (`HTTP1ConnectionPool` says why).
 /// One pool per upstream: `max_connections` and `connect_timeout` are per upstream, and a
-/// reload shuts down a removed upstream's connections without touching the others. The event
-/// loops are the process-wide ones the gateway's tasks run on.
+/// reload shuts down a removed upstream's connections without touching the others. The pool
+/// keeps a share per event loop of `loops` (the loops the gateway's tasks run on), so a request
+/// leases and releases its connection on its own loop without a lock.
 final class NIOUpstream: UpstreamClient {
     let config: UpstreamConfig
     private let target: UpstreamTarget
@@ -32,15 +33,16 @@ final class NIOUpstream: UpstreamClient {
         case unusable(HTTP1Connection.Endpoint.Unusable)
     }
 
-    init(config: UpstreamConfig, logger: Logger) {
+    init(config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared) {
         self.config = config
         self.target = UpstreamTarget(baseURL: config.url)
         switch HTTP1Connection.Endpoint.make(url: config.url, tls: config.tls) {
         case .success(let endpoint):
             exchanger = .pool(HTTP1ConnectionPool(
                 .init(endpoint: endpoint, maxConnections: max(1, config.maxConnections),
-                      connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout),
-                group: MultiThreadedEventLoopGroup.singleton))
+                      connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout,
+                      capName: "upstreams.\(config.name).max_connections"),
+                loops: loops))
         case .failure(let reason):
             exchanger = .unusable(reason)
         }

@@ -14,10 +14,11 @@ public protocol UpstreamClient: Sendable {
     func shutdown() async
 }
 
-/// Builds the configured transport for an upstream.
-public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger) -> any UpstreamClient {
+/// Builds the configured transport for an upstream. `loops`: the event loops the gateway's
+/// requests run on (`nio` keeps its connections per loop of these).
+public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared) -> any UpstreamClient {
     switch config.transport {
     case .urlsession: URLSessionUpstream(config: config, logger: logger)
-    case .nio: NIOUpstream(config: config, logger: logger)
+    case .nio: NIOUpstream(config: config, logger: logger, loops: loops)
     }
 }
