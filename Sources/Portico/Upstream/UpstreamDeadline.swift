@@ -31,14 +31,10 @@ func withUpstreamDeadline<T: Sendable>(
 private func withEventLoopDeadline<T: Sendable>(
     _ deadline: ContinuousClock.Instant, _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    // On an event loop (a gateway request's task), the operation and the timer stay on it:
-    // an unstructured task does not inherit the caller's executor preference by itself.
+    let child = Task { try await operation() }
+    // The timer on the caller's loop when it runs on one (a gateway request's task): no other
+    // loop's timer queue is written.
     let loop = MultiThreadedEventLoopGroup.currentEventLoop
-    let child = if let loop {
-        Task(executorPreference: EventLoopTaskExecutor(loop)) { try await operation() }
-    } else {
-        Task { try await operation() }
-    }
     let timedOut = TimedOutFlag()
     let nanoseconds = GatewayMetrics.nanoseconds(ContinuousClock.now.duration(to: deadline))
     let timer = (loop ?? MultiThreadedEventLoopGroup.singleton.any()).scheduleTask(in: .nanoseconds(nanoseconds)) {
