@@ -103,9 +103,11 @@ struct TLSTests {
         let response = try await gateway.request("GET", "/api/named")
         #expect(response.status == 200)
         #expect(try TestUpstream.Echo.decode(response.body).values("host") == ["127.0.0.1:\(upstream.port)"])
-        // Kept alive: the verified connection carries the next requests too.
+        // Kept alive: the verified connection carries the next requests too. Each new client
+        // connection goes to the next of the gateway's two threads, each with its own pool: at
+        // most one upstream connection per pair, reused after that.
         for _ in 0..<3 { #expect(try await gateway.request("GET", "/api/again").status == 200) }
-        #expect(upstream.connections.accepted == 1)
+        #expect(upstream.connections.accepted <= 2)
         await gateway.stop()
         await upstream.shutdown()
     }
