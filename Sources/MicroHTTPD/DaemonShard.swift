@@ -40,6 +40,9 @@ final class DaemonShard: Sendable {
     }
 
     private let requests = Mutex(Requests())
+    /// How many are in `requests.inFlight` (written under its lock, by the executor): an idle
+    /// shard's watchdog tick reads this instead of taking the lock.
+    private let registered = Atomic<Int>(0)
     /// Response streams being sent: `stop` ends them before stopping the daemons.
     private let streams = Mutex<[ObjectIdentifier: StreamingResponse]>([:])
     /// Every open connection of this thread, by its timer: the timer for the watchdog, the handle
@@ -51,6 +54,9 @@ final class DaemonShard: Sendable {
     private let streamHangUps = HangUpWatch()
     /// Connections suspended or resumed but not yet answered (see `ServerCore.admit`).
     private let admissions = Atomic<Int>(0)
+    /// Handler tasks started and not yet ended (a task answered for by the server may run on,
+    /// cancelled, until it notices): `stop` waits for none before the executors may go away.
+    private let runningTasks = Atomic<Int>(0)
     private let hangUpCount = Atomic<Int>(0)
     /// Connections refused past `connectionLimit`, and libmicrohttpd's messages about clients
     /// that left mid-exchange, since the watchdog last logged them.
@@ -71,9 +77,10 @@ final class DaemonShard: Sendable {
     func log(_ message: String) {
         configuration.errorLog?(message)
     }
-    var inFlightCount: Int { requests.withLock { $0.inFlight.count } }
+    var inFlightCount: Int { registered.load(ordering: .sequentiallyConsistent) }
     var streamCount: Int { streams.withLock { $0.count } }
     var admitted: Int { admissions.load(ordering: .sequentiallyConsistent) }
+    var tasksRunning: Int { runningTasks.load(ordering: .sequentiallyConsistent) }
     var hangUps: Int { hangUpCount.load(ordering: .relaxed) }
 
     // MARK: - The daemon thread
@@ -145,11 +152,14 @@ final class DaemonShard: Sendable {
             completed(pending, timer: timer)
         }
         context.pending = pending
+        runningTasks.wrappingAdd(1, ordering: .relaxed)
         pending.attach(Task(executorPreference: executor) { [self] in
             // Registered on the executor, where it also completes: the registry is the executor's.
             register(pending, timer: timer)
             let response = await work()
             pending.complete(response, byWork: true)
+            runningTasks.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+            quiescence.poke()
         })
     }
 
@@ -160,13 +170,11 @@ final class DaemonShard: Sendable {
     private func register(_ pending: PendingResponse, timer: ConnectionTimer) {
         let id = ObjectIdentifier(pending)
         requests.withLock { requests in
+            // Answered before its task started (its client left mid-upload, or `stop`): `completed` came first.
+            guard !pending.isOver else { return }
             requests.inFlight[id] = pending
             requests.unwatchedNew[id] = (pending, timer)
-            // Answered before its task started (its client left mid-upload, or `stop`): `completed` came first.
-            if pending.isOver {
-                requests.inFlight[id] = nil
-                requests.unwatchedNew[id] = nil
-            }
+            registered.wrappingAdd(1, ordering: .relaxed)
         }
         // A `stop` past its grace answers what is registered: this one is, now.
         quiescence.poke()
@@ -175,7 +183,7 @@ final class DaemonShard: Sendable {
     private func completed(_ pending: PendingResponse, timer: ConnectionTimer) {
         let id = ObjectIdentifier(pending)
         let watched = requests.withLock { requests in
-            requests.inFlight.removeValue(forKey: id)
+            if requests.inFlight.removeValue(forKey: id) != nil { registered.wrappingSubtract(1, ordering: .relaxed) }
             return requests.unwatchedNew.removeValue(forKey: id) == nil && requests.unwatchedOld.removeValue(forKey: id) == nil
         }
         if watched { requestHangUps.unwatch(pending, on: timer) }
@@ -192,9 +200,11 @@ final class DaemonShard: Sendable {
         while !Task.isCancelled {
             do { try await Task.sleep(for: interval) } catch { return }
             tick += 1
-            watchLingering()
             cancelDeparted()
             if tick % 10 == 0 { expireSlowConnections() }
+            // Nothing in flight: nothing to watch, no lock to take.
+            guard registered.load(ordering: .relaxed) > 0 else { continue }
+            watchLingering()
             let now = ContinuousClock.now
             let overdue = requests.withLock { requests in
                 requests.inFlight.values.filter { now > $0.deadline.advanced(by: grace) }

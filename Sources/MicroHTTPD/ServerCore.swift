@@ -214,6 +214,9 @@ final class ServerCore: Sendable {
             return streams.isEmpty && shards.allSatisfy { $0.admitted == 0 }
         }
         _ = await quiescence.wait(timeout: .seconds(5), until: answerAll)
+        // Tasks answered for by the server (or cancelled) may still be winding down: they end
+        // before `stop` returns, so their executors can be shut down after it.
+        _ = await quiescence.wait(timeout: .seconds(10)) { [self] in shards.allSatisfy { $0.tasksRunning == 0 } }
         let watchdogs = state.withLock { state -> [Task<Void, Never>] in
             state.daemon = nil
             defer { state.watchdogs = [] }

@@ -15,6 +15,9 @@ public final class GatewayServer: Sendable {
     private let listen: ListenConfig
     private let loadedConfig: Mutex<PorticoConfig>
     private let lastReloadRecord = Mutex<ReloadRecord?>(nil)
+    /// Runtimes replaced by a reload, each released by its task once its requests had their
+    /// time: `shutdown` releases them at once (before the loops they use go away).
+    private let retiring = Mutex<[Task<Void, Never>]>([])
     public let metrics: GatewayMetrics
     /// The event loops, one per libmicrohttpd thread (`listen.threads`), paired by index.
     public let loops: EventLoops
@@ -154,10 +157,12 @@ public final class GatewayServer: Sendable {
         let old = gateway.install(runtime)
         loadedConfig.withLock { $0 = config }
         let linger = listen.requestTimeout + .seconds(1)
-        Task {
+        // Cancelled by `shutdown`: the sleep ends at once and the runtime is released then.
+        let release = Task {
             try? await Task.sleep(for: linger)
             await old.shutdown()
         }
+        retiring.withLock { $0.append(release) }
     }
 
     /// Graceful shutdown: after `drainDelay` stop accepting, give in-flight requests `grace`, stop.
@@ -178,6 +183,12 @@ public final class GatewayServer: Sendable {
         }
         logger.info("stopping: waiting for in-flight requests", metadata: ["in_flight": .stringConvertible(server.inFlightRequests)])
         await server.stop(grace: grace ?? listen.shutdownGrace)
+        let retired = retiring.withLock { retiring in
+            defer { retiring = [] }
+            return retiring
+        }
+        for release in retired { release.cancel() }
+        for release in retired { await release.value }
         await gateway.current.shutdown()
         await loops.shutdown()
         logger.info("stopped")

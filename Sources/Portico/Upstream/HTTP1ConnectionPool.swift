@@ -62,6 +62,9 @@ final class HTTP1ConnectionPool: Sendable {
         var machine: Machine
         var sweep: Scheduled<Void>?
         var waiterTimer: Scheduled<Void>?
+        /// While requests wait here at the cap: tries the cap again every `recheckInterval`, in
+        /// case a slot freed on another loop went unannounced (the cap's count is relaxed).
+        var recheck: RepeatedTask?
 
         init(loop: any EventLoop, index: Int, machine: Machine) {
             self.loop = loop
@@ -193,11 +196,29 @@ final class HTTP1ConnectionPool: Sendable {
                 let action = share.machine.enqueue(continuation, id: id, deadline: wait.limit, failure: wait.failure,
                                                    now: .now())
                 perform(action, on: share)
+                if share.machine.waiterCount > 0 && share.recheck == nil { startRechecking(share) }
             }
         } onCancel: { [self] in
             onLoop(share) {
                 share.machine.cancelWaiter(id)?.resume(throwing: CancellationError())
             }
+        }
+    }
+
+    /// How often a loop whose requests wait at the cap tries it again (only while some wait).
+    static let recheckInterval = TimeAmount.milliseconds(50)
+
+    /// Tries the cap again now and then while requests wait on `share` (its loop): a liveness
+    /// backstop behind the announcements between loops, never running below the cap.
+    private func startRechecking(_ share: Share) {
+        share.recheck = share.loop.scheduleRepeatedTask(initialDelay: Self.recheckInterval,
+                                                        delay: Self.recheckInterval) { [self] task in
+            guard share.machine.waiterCount > 0 else {
+                task.cancel()
+                share.recheck = nil
+                return
+            }
+            perform(share.machine.slotMayBeFree(now: .now()), on: share)
         }
     }
 
