@@ -75,10 +75,34 @@ public final class InMemoryCacheStore: CacheStore {
     public let maxBytes: Int
     public let maxVariants: Int
     private let state = Mutex(State())
+    /// Bumped by every change to what is stored (under the lock): a thread's `Front` is valid
+    /// while this has not moved. Read on every lookup, written only when something is stored
+    /// or removed: on a cache serving hits, a line every core reads and none writes.
+    private let generation = Atomic<UInt64>(0)
+    /// One per thread shard (`ThreadShard`): what this thread looked up since the last change.
+    private let fronts: [Front]
 
     public init(maxBytes: Int, maxVariants: Int = InMemoryCacheStore.defaultMaxVariants) {
         self.maxBytes = maxBytes
         self.maxVariants = max(1, maxVariants)
+        self.fronts = (0..<ThreadShard.count).map { _ in Front() }
+    }
+
+    /// A thread's copy of its recent lookups, so that a hit on a hot key takes no lock that
+    /// every thread takes (issue #33). Valid for one `generation`: any store or removal
+    /// anywhere empties every front on its next use. Recency is still kept: every
+    /// `Front.touchEvery`-th hit of a key from a front moves it up the shared LRU list.
+    ///
+    /// `@unchecked Sendable`: `fronts[i]` is only used by the thread holding shard `i`
+    /// exclusively (`ThreadShard.exclusive`); a thread without an exclusive shard uses the lock.
+    private final class Front: @unchecked Sendable {
+        static let capacity = 64
+        static let touchEvery: UInt = 64
+        var generation: UInt64 = .max
+        var entries: [String: [CacheEntry]] = [:]
+        var hits: UInt = 0
+        /// Keeps each front on cache lines of its own.
+        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
     }
 
     public var storedBytes: Int { state.withLock { $0.bytes } }
@@ -87,6 +111,28 @@ public final class InMemoryCacheStore: CacheStore {
     public var keyCount: Int { state.withLock { $0.index.count } }
 
     public func variants(for key: String) -> [CacheEntry] {
+        let shard = ThreadShard.current
+        guard shard.exclusive else { return lockedVariants(for: key) }
+        let front = fronts[shard.index]
+        let current = generation.load(ordering: .acquiring)
+        if front.generation == current, let known = front.entries[key] {
+            front.hits &+= 1
+            if front.hits % Front.touchEvery == 0 { _ = lockedVariants(for: key) }
+            return known
+        }
+        if front.generation != current || front.entries.count >= Front.capacity {
+            front.entries.removeAll(keepingCapacity: true)
+            front.generation = current
+        }
+        // Read after `current`: a change since then moved the generation, and this copy is
+        // never served under it.
+        let variants = lockedVariants(for: key)
+        front.entries[key] = variants
+        return variants
+    }
+
+    /// The stored variants, moved up the LRU list.
+    private func lockedVariants(for key: String) -> [CacheEntry] {
         state.withLock { state in
             guard let i = state.index[key] else { return [] }
             if state.newest != i {
@@ -136,6 +182,7 @@ public final class InMemoryCacheStore: CacheStore {
                 state.slots[i].bytes -= dropped.size
                 state.bytes -= dropped.size
             }
+            generation.wrappingAdd(1, ordering: .releasing)
             return CacheStoreChange(evictions: evictions, storedBytes: state.bytes)
         }
     }
@@ -143,7 +190,10 @@ public final class InMemoryCacheStore: CacheStore {
     @discardableResult
     public func removeAll(for key: String) -> CacheStoreChange {
         state.withLock { state in
-            if let i = state.index[key] { state.remove(i) }
+            if let i = state.index[key] {
+                state.remove(i)
+                generation.wrappingAdd(1, ordering: .releasing)
+            }
             return CacheStoreChange(evictions: 0, storedBytes: state.bytes)
         }
     }

@@ -158,3 +158,43 @@ struct CoalescingTests {
         #expect(!refresher.start("d") { })
     }
 }
+
+extension CacheStoreTests {
+    /// Hits are served from a per-thread front (issue #33): it must never serve what the store
+    /// no longer holds, nor miss what it now holds.
+    @Test("a thread's front never outlives a change: removed keys miss, stored keys hit, on every thread")
+    func frontsFollowChanges() async {
+        let store = InMemoryCacheStore(maxBytes: 1 << 20)
+        let key = "api.test\u{0}/hot"
+        #expect(store.variants(for: key).isEmpty)
+        store.insert(entry("/hot"))
+        #expect(store.variants(for: key).count == 1)
+        #expect(store.variants(for: key).count == 1)
+        store.removeAll(for: key)
+        #expect(store.variants(for: key).isEmpty)
+        store.insert(entry("/hot"))
+        store.insert(entry("/other"))
+        #expect(store.variants(for: key).count == 1)
+
+        // Many threads hitting one key while it is removed and stored again: once the writer
+        // has finished (the key removed last), no reader sees it any more.
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    for _ in 0..<2_000 { _ = store.variants(for: key) }
+                }
+            }
+            group.addTask {
+                for _ in 0..<200 {
+                    store.removeAll(for: key)
+                    store.insert(self.entry("/hot"))
+                }
+                store.removeAll(for: key)
+            }
+        }
+        await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<8 { group.addTask { store.variants(for: key).isEmpty } }
+            for await empty in group { #expect(empty) }
+        }
+    }
+}
