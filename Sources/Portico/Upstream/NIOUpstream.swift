@@ -92,10 +92,10 @@ final class NIOUpstream: UpstreamClient {
                 response = try await withUpstreamDeadline(remaining, after: upload, clock: context.clock) { [exchange] in
                     try await pool.execute(exchange)
                 }
-            } else if context.clock is SystemClock {
-                // On the real clock the deadline is a timer on the connection's loop (no task
-                // racing a timer: measured 4-6 µs a request).
-                exchange.deadline = .now() + TimeAmount(remaining)
+            } else if let loopDeadline = context.clock.eventLoopDeadline(for: deadline) {
+                // On a clock NIO's timers keep (the real one) the deadline is a timer on the
+                // connection's loop (no task racing a timer: measured 4-6 µs a request).
+                exchange.deadline = loopDeadline
                 response = try await pool.execute(exchange)
             } else {
                 response = try await withUpstreamDeadline(deadline, clock: context.clock) { [exchange] in

@@ -19,11 +19,11 @@ func withUpstreamDeadline<T: Sendable>(
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     if clock.now >= deadline { throw UpstreamError.timeout }
-    if clock is SystemClock { return try await withEventLoopDeadline(deadline, operation) }
+    if clock.eventLoopDeadline(for: deadline) != nil { return try await withEventLoopDeadline(deadline, operation) }
     return try await race(operation, against: { try await clock.sleep(until: deadline) })
 }
 
-/// `withUpstreamDeadline` on the real clock: the operation runs in a child task, and a timer on
+/// `withUpstreamDeadline` on a clock NIO's timers keep (the real one): the operation runs in a child task, and a timer on
 /// an event loop cancels it at the deadline. Why not `Task.sleep` in a task group: a cancelled
 /// `Task.sleep` leaves its timer queued in libdispatch until the deadline, holding about 750
 /// bytes for every finished request until its timeout would have fired (measured: RSS grew by
