@@ -12,6 +12,8 @@ public final class Gateway: Sendable {
     /// reads its own thread's copy, so no lock a request takes is taken by another thread; a
     /// reload writes every copy.
     private let runtimes: [RuntimeSlot]
+    /// Held while a reload writes every slot: taken per reload, never per request.
+    private let installing = Mutex(())
     /// `listen.max_in_flight`, over every route; the cap follows reloads, the count carries over.
     private let inFlight: InFlightLimit
     let logger: Logger
@@ -40,14 +42,17 @@ public final class Gateway: Sendable {
     }
 
     /// Installs `new` for new requests; returns the previous one (in-flight requests finish on it).
-    /// Reloads are serialized by their caller; each thread's copy changes on its own, so a thread
-    /// may serve from the old runtime for the instant between two copies.
+    /// Installs are serialized (a SIGHUP and an admin reload may race); each thread's copy
+    /// changes on its own, so a thread may serve from the old runtime for the instant between two
+    /// copies.
     @discardableResult
     public func install(_ new: GatewayRuntime) -> GatewayRuntime {
-        inFlight.limit = new.config.listen.maxInFlight
-        let old = current
-        for slot in runtimes { slot.runtime.withLock { $0 = new } }
-        return old
+        installing.withLock { _ in
+            inFlight.limit = new.config.listen.maxInFlight
+            let old = current
+            for slot in runtimes { slot.runtime.withLock { $0 = new } }
+            return old
+        }
     }
 
     /// Answers `serverRequest` at once when that needs no waiting — a malformed request, no
