@@ -7,8 +7,8 @@ import Glibc
 import Darwin
 #endif
 
-/// The calling thread's shard of per-thread metric state (issue #33: metrics are kept per
-/// thread and merged only when read).
+/// The calling thread's shard of per-thread state: metric cells, merged only when read, and the
+/// cache store's fronts (issue #33).
 ///
 /// A thread gets its index on its first use, from a bitmap of free indices, and gives it back
 /// when it exits, so a thread that comes later reuses it. While it holds an index it holds it
