@@ -25,7 +25,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// by then). A class, carried by `State.exchanging` and changed in place: a struct payload
     /// would be copied out of the enum and back per response part, retaining each of its
     /// references every time (measured in session 13); this costs one allocation per exchange.
-    private final class Exchange {
+    private final class ResponseInProgress {
         /// `nil` once called (a streamed response's head has been handed on).
         var complete: Completion?
         let limit: Int
@@ -53,7 +53,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         /// Waiting for TCP (and the TLS handshake, when `awaitsHandshake`).
         case connecting(EventLoopPromise<Void>)
         case idle
-        case exchanging(Exchange)
+        case exchanging(ResponseInProgress)
         case closed
     }
 
@@ -102,7 +102,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
             return
         }
         let head = request.head
-        state = .exchanging(Exchange(complete: complete, limit: request.limit, requestIsHead: request.requestIsHead,
+        state = .exchanging(ResponseInProgress(complete: complete, limit: request.limit, requestIsHead: request.requestIsHead,
                                      makeRelay: request.makeRelay,
                                      requestAsksClose: !head.isKeepAlive || request.upload != nil))
         if let deadline = request.deadline {

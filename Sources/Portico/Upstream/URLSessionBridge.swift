@@ -158,10 +158,10 @@ extension URLSessionBridge {
     /// Routes URLSession's delegate callbacks to the call waiting on each task. Sendable: its
     /// state is behind a `Mutex`; URLSession calls it from its own queue.
     final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
-        private let exchanges = Mutex<[Int: Exchange]>([:])
+        private let exchanges = Mutex<[Int: Transfer]>([:])
 
         func run(_ task: URLSessionDataTask, limit: Int, streaming: Streaming?) async throws -> Head {
-            let exchange = Exchange(limit: limit, streaming: streaming)
+            let exchange = Transfer(limit: limit, streaming: streaming)
             let id = task.taskIdentifier
             exchanges.withLock { $0[id] = exchange }
             let head: Head
@@ -184,7 +184,7 @@ extension URLSessionBridge {
             return head
         }
 
-        private func exchange(for task: URLSessionTask) -> Exchange? {
+        private func exchange(for task: URLSessionTask) -> Transfer? {
             exchanges.withLock { $0[task.taskIdentifier] }
         }
 
@@ -236,7 +236,7 @@ extension URLSessionBridge {
     /// One call. All state behind a Mutex: delegate callbacks arrive on URLSession's queue
     /// while cancellation arrives from the awaiting task, and a stream's reader goes away (or
     /// its watchdog expires) on threads of its own.
-    final class Exchange: Sendable {
+    final class Transfer: Sendable {
         struct State {
             var continuation: CheckedContinuation<Head, any Error>?
             var result: Result<Head, any Error>?

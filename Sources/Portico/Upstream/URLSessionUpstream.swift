@@ -120,7 +120,7 @@ final class URLSessionUpstream: UpstreamClient {
         else { return .whole }
         let declared = response.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0.trimmingWhitespace()) }
         if let declared, declared <= Body.bufferedLimit { return .whole }
-        return .stream(length: URLSessionBridge.Exchange.unencodedLength(response))
+        return .stream(length: URLSessionBridge.Transfer.unencodedLength(response))
     }
 
     // MARK: Request
