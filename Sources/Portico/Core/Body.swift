@@ -148,30 +148,35 @@ public protocol BodyStage: AnyObject, Sendable {
 /// dropped unfinished (`client_gone`).
 public final class BodyReader: Sendable {
     private enum Source {
-        case buffer(ByteBuffer?)
+        case buffer(ByteBuffer)
         case stream(BodyStream)
     }
 
-    private struct State {
-        var source: Source
-        /// The stages' trailer, queued once the source ended.
-        var trailer: ByteBuffer?
-        var reachedEnd = false
-        var failure: GatewayError?
-        var closed = false
+    /// Where reading stands; each case carries what it needs.
+    private enum Phase {
+        /// Reading the source.
+        case reading(Source)
+        /// The source ended whole; the stages' trailer is still to be delivered.
+        case trailing(ByteBuffer)
+        /// Every byte was delivered.
+        case ended
+        /// Reading failed (the stream, if any, is cancelled with the failure when closed).
+        case failed(GatewayError, BodyStream?)
+        /// Closed: the stages have heard how it ended.
+        case closed(complete: Bool, error: GatewayError?)
     }
 
     private let stages: [any BodyStage]
-    private let state: Mutex<State>
+    private let state: Mutex<Phase>
 
     init(buffer: ByteBuffer) {
         stages = []
-        state = Mutex(State(source: .buffer(buffer)))
+        state = Mutex(.reading(.buffer(buffer)))
     }
 
     init(stream: BodyStream, stages: [any BodyStage]) {
         self.stages = stages
-        state = Mutex(State(source: .stream(stream)))
+        state = Mutex(.reading(.stream(stream)))
     }
 
     deinit {
@@ -179,20 +184,27 @@ public final class BodyReader: Sendable {
     }
 
     /// Whether every byte was read.
-    public var isComplete: Bool { state.withLock { $0.reachedEnd } }
+    public var isComplete: Bool {
+        state.withLock { phase in
+            switch phase {
+            case .ended, .closed(complete: true, _): true
+            default: false
+            }
+        }
+    }
 
     /// The next chunk after the stages, `nil` at the end. At the end or a failure the stages
     /// hear how it ended.
     public func next() async throws -> ByteBuffer? {
         while true {
-            let step: Step = state.withLock { Self.beforeSource(&$0) }
-            switch step {
-            case .deliver(let chunk): return chunk
+            switch advance(pull: nil) {
+            case .chunk(let chunk): return chunk
             case .end:
                 close(nil)
                 return nil
             case .failed(let error): throw error
-            case .read(let stream):
+            case .pending(let stream):
+                // The one thing `poll` cannot do: wait for the stream.
                 let raw: ByteBuffer?
                 do {
                     raw = try await stream.next()
@@ -218,28 +230,11 @@ public final class BodyReader: Sendable {
     /// The next chunk without waiting: `.pending` keeps `wake` for when there is one. The
     /// owner calls `close` when the exchange is over.
     public func poll(wake: @escaping @Sendable () -> Void) -> BodyPoll {
-        while true {
-            let step: Step = state.withLock { Self.beforeSource(&$0) }
-            switch step {
-            case .deliver(let chunk): return .chunk(chunk)
-            case .end: return .end
-            case .failed(let error): return .failed(error)
-            case .read(let stream):
-                let raw: ByteBuffer?
-                switch stream.poll(wake: wake) {
-                case .pending: return .pending
-                case .chunk(let chunk): raw = chunk
-                case .end: raw = nil
-                case .failed(let error):
-                    fail(error)
-                    return .failed(error)
-                }
-                do {
-                    if let chunk = try staged(raw) { return .chunk(chunk) }
-                } catch {
-                    return .failed(error)
-                }
-            }
+        switch advance(pull: { $0.poll(wake: wake) }) {
+        case .chunk(let chunk): .chunk(chunk)
+        case .end: .end
+        case .failed(let error): .failed(error)
+        case .pending: .pending
         }
     }
 
@@ -247,18 +242,66 @@ public final class BodyReader: Sendable {
     /// it was read to its end), or the reason it was not. The stream's writer is told when
     /// the body was not read to its end. Idempotent.
     public func close(_ error: GatewayError?) {
-        let outcome = state.withLock { state -> (StreamEnding, GatewayError?, BodyStream?)? in
-            guard !state.closed else { return nil }
-            state.closed = true
-            let stream: BodyStream? = if case .stream(let stream) = state.source { stream } else { nil }
-            if let failure = state.failure { return (StreamEnding(failure), failure, stream) }
-            if state.reachedEnd && error == nil { return (.complete, nil, nil) }
-            let reason = error ?? .clientClosedRequest()
-            return (StreamEnding(reason), reason, stream)
+        let outcome = state.withLock { phase -> (StreamEnding, GatewayError?, BodyStream?)? in
+            let result: (StreamEnding, GatewayError?, BodyStream?)
+            switch phase {
+            case .closed:
+                return nil
+            case .failed(let failure, let stream):
+                result = (StreamEnding(failure), failure, stream)
+            case .ended where error == nil:
+                result = (.complete, nil, nil)
+            case .ended, .trailing, .reading(.buffer):
+                let reason = error ?? .clientClosedRequest()
+                result = (StreamEnding(reason), reason, nil)
+            case .reading(.stream(let stream)):
+                let reason = error ?? .clientClosedRequest()
+                result = (StreamEnding(reason), reason, stream)
+            }
+            phase = .closed(complete: result.0 == .complete, error: result.1)
+            return result
         }
         guard let (ending, error, unfinished) = outcome else { return }
         if let unfinished, let error { unfinished.cancel(error) }
         for stage in stages { stage.ended(ending, error: error) }
+    }
+
+    private enum Outcome {
+        case chunk(ByteBuffer)
+        case end
+        case failed(GatewayError)
+        /// The stream has nothing now (`poll` left its wake with it), or the caller waits for it.
+        case pending(BodyStream)
+    }
+
+    /// The one loop both readers run: takes the next step of the phase, reads the stream with
+    /// `pull` when it must (`nil`: the caller reads it itself, waiting), and passes what came
+    /// through the stages, until there is a chunk, the end, a failure, or nothing yet.
+    private func advance(pull: ((BodyStream) -> BodyPoll)?) -> Outcome {
+        while true {
+            let stream: BodyStream
+            switch state.withLock({ Self.step(&$0) }) {
+            case .deliver(let chunk): return .chunk(chunk)
+            case .end: return .end
+            case .failed(let error): return .failed(error)
+            case .read(let source): stream = source
+            }
+            guard let pull else { return .pending(stream) }
+            let raw: ByteBuffer?
+            switch pull(stream) {
+            case .pending: return .pending(stream)
+            case .chunk(let chunk): raw = chunk
+            case .end: raw = nil
+            case .failed(let error):
+                fail(error)
+                return .failed(error)
+            }
+            do {
+                if let chunk = try staged(raw) { return .chunk(chunk) }
+            } catch {
+                return .failed(error)
+            }
+        }
     }
 
     private enum Step {
@@ -268,23 +311,21 @@ public final class BodyReader: Sendable {
         case read(BodyStream)
     }
 
-    private static func beforeSource(_ state: inout State) -> Step {
-        if let failure = state.failure { return .failed(failure) }
-        if let trailer = state.trailer {
-            state.trailer = nil
-            state.reachedEnd = true
+    private static func step(_ phase: inout Phase) -> Step {
+        switch phase {
+        case .failed(let error, _):
+            return .failed(error)
+        case .closed(let complete, let error):
+            return complete ? .end : .failed(error ?? .clientClosedRequest())
+        case .trailing(let trailer):
+            phase = .ended
             return .deliver(trailer)
-        }
-        if state.reachedEnd { return .end }
-        switch state.source {
-        case .buffer(let buffer):
-            state.source = .buffer(nil)
-            guard let buffer, buffer.readableBytes > 0 else {
-                state.reachedEnd = true
-                return .end
-            }
-            return .deliver(buffer)
-        case .stream(let stream):
+        case .ended:
+            return .end
+        case .reading(.buffer(let buffer)):
+            phase = .ended
+            return buffer.readableBytes > 0 ? .deliver(buffer) : .end
+        case .reading(.stream(let stream)):
             return .read(stream)
         }
     }
@@ -299,8 +340,9 @@ public final class BodyReader: Sendable {
                     if tail.readableBytes > 0 { tail = try stage.process(tail) }
                     if let trailer = try stage.finish() { tail.writeImmutableBuffer(trailer) }
                 }
-                state.withLock { state in
-                    if tail.readableBytes > 0 { state.trailer = tail } else { state.reachedEnd = true }
+                state.withLock { phase in
+                    guard case .reading = phase else { return }
+                    phase = tail.readableBytes > 0 ? .trailing(tail) : .ended
                 }
                 return nil
             }
@@ -316,8 +358,12 @@ public final class BodyReader: Sendable {
     }
 
     private func fail(_ error: GatewayError) {
-        state.withLock { state in
-            if state.failure == nil { state.failure = error }
+        state.withLock { phase in
+            switch phase {
+            case .reading(.stream(let stream)): phase = .failed(error, stream)
+            case .reading(.buffer), .trailing, .ended: phase = .failed(error, nil)
+            case .failed, .closed: break
+            }
         }
     }
 }
