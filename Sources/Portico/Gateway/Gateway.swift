@@ -204,10 +204,8 @@ public final class Gateway: Sendable {
         // connection is closed: the client may still be sending it).
         if let cap = route.maxRequestBodyBytes, let declared = serverRequest.streamedBody?.length, declared > cap {
             inFlight.leave()
-            return .answered(Refusal(error: GatewayError(.payloadTooLarge, message:
-                "request body of \(declared) bytes is larger than \(cap): the urlsession transport reads a streamed body whole "
-                + "before sending it; use transport: nio to stream it"), requestID: requestID, isHead: isHead, route: route,
-                close: true))
+            return .answered(Refusal(error: URLSessionUpstream.uploadTooLarge(limit: cap, declared: declared),
+                                     requestID: requestID, isHead: isHead, route: route, close: true))
         }
 
         if let limit = route.inFlight, !limit.tryEnter() {

@@ -52,16 +52,20 @@ final class URLSessionUpstream: UpstreamClient {
                                   maxConnectionsPerHost: config.maxConnections)
     }
 
+    /// A streamed upload over what this transport holds (`maxRequestBodyBytes`): found as it
+    /// flows, or refused at the head by the gateway when its declared length says so.
+    static func uploadTooLarge(limit: Int, declared: Int? = nil) -> GatewayError {
+        let size = declared.map { "request body of \($0) bytes is larger than \(limit)" } ?? "request body larger than \(limit) bytes"
+        return GatewayError(.payloadTooLarge, message: size + ": the urlsession transport reads a streamed body whole "
+                            + "before sending it; use transport: nio to stream it")
+    }
+
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         var request = request
         if request.body.isStreamed {
             // No streamed uploads on this transport (see the type's notes): read it whole first.
             let limit = config.maxRequestBodyBytes
-            request.body = Body(try await request.body.collect(
-                upTo: limit, tooLarge: GatewayError(
-                    .payloadTooLarge,
-                    message: "request body larger than \(limit) bytes: the urlsession transport reads a streamed body whole "
-                        + "before sending it; use transport: nio to stream it")))
+            request.body = Body(try await request.body.collect(upTo: limit, tooLarge: Self.uploadTooLarge(limit: limit)))
         }
         var urlRequest = try makeURLRequest(request)
         // URLSession's own timeout counts silence between reads: above the stream's idle limit.
