@@ -260,34 +260,31 @@ final class HTTP1ConnectionPool: Sendable {
 
     // MARK: Actions
 
+    /// Keeps, cancels or (re)schedules one of the share's timers; when it fires, the machine's
+    /// `fired` transition runs and its action is performed.
+    private func apply(_ timer: Machine.Timer, to slot: any ReferenceWritableKeyPath<Share, Scheduled<Void>?> & Sendable,
+                       on share: Share,
+                       fired: @escaping @Sendable (inout Machine, NIODeadline) -> Machine.Action) {
+        switch timer {
+        case .keep: break
+        case .cancel:
+            share[keyPath: slot]?.cancel()
+            share[keyPath: slot] = nil
+        case .schedule(let deadline):
+            share[keyPath: slot]?.cancel()
+            share[keyPath: slot] = share.loop.scheduleTask(deadline: deadline) { [self] in
+                share[keyPath: slot] = nil
+                perform(fired(&share.machine, .now()), on: share)
+            }
+        }
+    }
+
     /// Does what the share's machine said. On the share's loop. Timers and waiters first:
     /// closing a channel on its loop runs its handlers at once, and a streamed response's end
     /// may come back here (`release`) before this returns.
     private func perform(_ action: Machine.Action, on share: Share) {
-        switch action.sweep {
-        case .keep: break
-        case .cancel:
-            share.sweep?.cancel()
-            share.sweep = nil
-        case .schedule(let deadline):
-            share.sweep?.cancel()
-            share.sweep = share.loop.scheduleTask(deadline: deadline) { [self] in
-                share.sweep = nil
-                perform(share.machine.sweepFired(now: .now()), on: share)
-            }
-        }
-        switch action.waiterTimer {
-        case .keep: break
-        case .cancel:
-            share.waiterTimer?.cancel()
-            share.waiterTimer = nil
-        case .schedule(let deadline):
-            share.waiterTimer?.cancel()
-            share.waiterTimer = share.loop.scheduleTask(deadline: deadline) { [self] in
-                share.waiterTimer = nil
-                perform(share.machine.waiterTimerFired(now: .now()), on: share)
-            }
-        }
+        apply(action.sweep, to: \.sweep, on: share) { $0.sweepFired(now: $1) }
+        apply(action.waiterTimer, to: \.waiterTimer, on: share) { $0.waiterTimerFired(now: $1) }
         for handover in action.handovers {
             switch handover {
             case .use(let waiter, let connection): waiter.resume(returning: connection)
