@@ -125,4 +125,39 @@ struct ReloadDrainTests {
         #expect((try? gateway.connect()) == nil, "the listener is closed after the drain")
         await upstream.shutdown()
     }
+
+    /// Issue #34: a reload used to cut every response stream of the old runtime once its
+    /// requests had had `request_timeout` (+1 s): the upstream connection was closed under it.
+    @Test("a response stream in flight at a reload is not cut when the old runtime retires",
+          arguments: [UpstreamConfig.Transport.nio, .urlsession])
+    func streamSpansReload(transport: UpstreamConfig.Transport) async throws {
+        let (events, producer) = AsyncStream<[UInt8]>.makeStream()
+        let upstream = TestUpstream()
+        upstream.route("/api/events") { _ in
+            .streamed(headers: [("Content-Type", "text/event-stream")], events)
+        }
+        try await upstream.start()
+        var config = Self.config(upstream: upstream, variant: transport == .nio ? 0 : 1)
+        // The old runtime is retired `request_timeout` + 1 s after the reload.
+        config.listen.requestTimeout = .seconds(2)
+        let gateway = try TestGateway(config)
+        let client = try StreamingClient(port: gateway.port, timeout: .seconds(120))
+        defer { client.close() }
+        producer.yield(Array("data: before\n\n".utf8))
+        try await client.get("/api/events")
+        #expect(try await client.readHead().status == 200)
+        _ = try await client.readBody(until: "data: before\n\n")
+
+        try gateway.server.reload(config)
+        // The retirement happens while the stream is open (polled: no fixed sleep).
+        try await Eventually.wait(timeout: .seconds(120)) { gateway.server.runtimesRetired == 1 }
+        producer.yield(Array("data: after\n\n".utf8))
+        _ = try await client.readBody(until: "data: after\n\n")
+        producer.finish()
+        #expect(try await client.readBodyToEnd() == .complete)
+        // The retired runtime's connection closed once its exchange ended; the new one serves.
+        #expect(try await gateway.request("GET", "/version").bodyText == "v\(transport == .nio ? 0 : 1)")
+        await gateway.stop()
+        await upstream.shutdown()
+    }
 }

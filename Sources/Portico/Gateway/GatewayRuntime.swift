@@ -129,11 +129,22 @@ public final class GatewayRuntime: Sendable {
 
     /// Releases upstream connections. Called once no request uses this runtime.
     public func shutdown() async {
+        await release { await $0.shutdown() }
+    }
+
+    /// A reload replaced this runtime and its requests have had their request timeout: releases
+    /// everything but the upstream exchanges still in flight — response streams, which finish
+    /// on their own terms (`stream_idle_timeout`, `max_stream_duration`), then close.
+    public func retire() async {
+        await release { await $0.retire() }
+    }
+
+    private func release(upstreams releasing: (any UpstreamClient) async -> Void) async {
         for cache in caches {
             await cache.shutdown()
         }
         for client in upstreams.values {
-            await client.shutdown()
+            await releasing(client)
         }
         await credentials.shutdown()
         await tracing?.shutdown()

@@ -15,9 +15,10 @@ public final class GatewayServer: Sendable {
     private let listen: ListenConfig
     private let loadedConfig: Mutex<PorticoConfig>
     private let lastReloadRecord = Mutex<ReloadRecord?>(nil)
-    /// Runtimes replaced by a reload, each released by its task once its requests had their
+    /// Runtimes replaced by a reload, each retired by its task once its requests had their
     /// time: `shutdown` releases them at once (before the loops they use go away).
     private let retiring = Mutex<[Task<Void, Never>]>([])
+    private let retiredCount = Atomic<Int>(0)
     public let metrics: GatewayMetrics
     /// The event loops, one per libmicrohttpd thread (`listen.threads`), paired by index.
     public let loops: EventLoops
@@ -145,8 +146,12 @@ public final class GatewayServer: Sendable {
         }
     }
 
-    /// Builds a runtime from `config` and swaps it in; the old one is released once its
-    /// in-flight requests have had their request timeout to finish. Listener settings need a restart.
+    /// Runtimes replaced by reloads and retired since start (for tests and operators).
+    public var runtimesRetired: Int { retiredCount.load(ordering: .relaxed) }
+
+    /// Builds a runtime from `config` and swaps it in; the old one is retired once its
+    /// in-flight requests have had their request timeout to finish (`GatewayRuntime.retire`:
+    /// response streams still flowing then are not cut). Listener settings need a restart.
     public func reload(_ config: PorticoConfig) throws {
         // Unchanged credentials carry their tokens over to the new runtime.
         let runtime = try GatewayRuntime(config: config, logger: logger, clock: clock, loops: loops,
@@ -157,10 +162,16 @@ public final class GatewayServer: Sendable {
         let old = gateway.install(runtime)
         loadedConfig.withLock { $0 = config }
         let linger = listen.requestTimeout + .seconds(1)
-        // Cancelled by `shutdown`: the sleep ends at once and the runtime is released then.
-        let release = Task {
-            try? await Task.sleep(for: linger)
-            await old.shutdown()
+        // Cancelled by `shutdown`: the sleep ends at once and the runtime is shut down then
+        // (its requests have ended: the server stopped first).
+        let release = Task { [self] in
+            do {
+                try await Task.sleep(for: linger)
+                await old.retire()
+                retiredCount.add(1, ordering: .relaxed)
+            } catch {
+                await old.retire()
+            }
         }
         retiring.withLock { $0.append(release) }
     }

@@ -101,6 +101,9 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
 
     private enum Phase {
         case running
+        /// Retired by a reload: no new leases; leased connections stay open until released,
+        /// then close (their exchanges finish on their own terms).
+        case retiring
         case shutDown
     }
 
@@ -144,6 +147,8 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
     var idleCount: Int { idle.count }
     var waiterCount: Int { waiters.count }
     var isShutDown: Bool { if case .shutDown = phase { true } else { false } }
+    /// Retired or shut down, and no connection of this loop is open or being opened.
+    var isDrained: Bool { if case .running = phase { false } else { open.isEmpty && connecting == 0 } }
 
     // MARK: Requests
 
@@ -237,10 +242,12 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
     /// was shut down meanwhile; close it (its slot is given back) and fail the request.
     mutating func connected(_ connection: Connection) -> Bool {
         connecting -= 1
-        guard case .running = phase else {
+        if case .shutDown = phase {
             cap.release()
             return false
         }
+        // Retiring: the request that asked for it started before the retirement; it is closed
+        // when released.
         open[connection.id] = connection
         return true
     }
@@ -262,7 +269,16 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
     mutating func release(_ connection: Connection, reusable: Bool, now: NIODeadline) -> Action {
         var action = Action.none
         // At shutdown every open connection was closed and its slot given back.
-        guard case .running = phase, open[connection.id] != nil else { return action }
+        guard open[connection.id] != nil else { return action }
+        switch phase {
+        case .running: break
+        case .shutDown: return action
+        case .retiring:
+            open[connection.id] = nil
+            cap.release()
+            action.close.append(connection)
+            return action
+        }
         if reusable && connection.isActive {
             if let first = waiters.popFirst() {
                 if waiters.isEmpty { lowerSignal() }
@@ -333,10 +349,33 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
         return (true, action)
     }
 
+    /// A reload replaced the pool: idle connections close and waiters fail now (they have had
+    /// their request timeout), new leases are refused, and each leased connection closes when
+    /// its exchange is done — a response stream in flight is never cut by a reload.
+    mutating func retire() -> Action {
+        guard case .running = phase else { return .none }
+        phase = .retiring
+        var action = Action.none
+        for entry in idle {
+            open[entry.connection.id] = nil
+            cap.release()
+            action.close.append(entry.connection)
+        }
+        idle = []
+        action.handovers = waiters.map { .fail($0.waiter, Self.shutDownError) }
+        waiters.removeAll()
+        lowerSignal()
+        if sweepAt != nil { action.sweep = .cancel }
+        if waiterTimerAt != nil { action.waiterTimer = .cancel }
+        sweepAt = nil
+        waiterTimerAt = nil
+        return action
+    }
+
     /// Closes every open connection (leased ones too: their requests fail) and fails every
     /// waiter; connections still being opened are closed when they come (`connected`).
     mutating func shutdown() -> Action {
-        guard case .running = phase else { return .none }
+        if case .shutDown = phase { return .none }
         phase = .shutDown
         var action = Action.none
         action.close = Array(open.values)

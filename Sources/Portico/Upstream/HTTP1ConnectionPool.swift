@@ -87,7 +87,7 @@ final class HTTP1ConnectionPool: Sendable {
     private let home: Int
     /// One per share, same order; read by a loop that frees a slot.
     private let signals: [WaitingSignal]
-    /// Set once by `shutdown`; read per request (never written then, so never contended).
+    /// Set once by `retire` or `shutdown`; read per request (never written then, so never contended).
     private let isShutDown = Atomic<Bool>(false)
 
     init(_ configuration: Configuration, loops: EventLoops) {
@@ -128,6 +128,15 @@ final class HTTP1ConnectionPool: Sendable {
     func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int) async throws -> HTTP1Response {
         try await execute(HTTP1Exchange(head: head, body: body, upload: nil, limit: limit,
                                         requestIsHead: head.method == .HEAD, makeRelay: nil))
+    }
+
+    /// A reload replaced this pool: idle connections close, later requests fail at once, and
+    /// each exchange in flight keeps its connection until it ends on its own terms.
+    func retire() {
+        isShutDown.store(true, ordering: .relaxed)
+        for share in shares {
+            onLoop(share) { [self] in perform(share.machine.retire(), on: share) }
+        }
     }
 
     /// Closes every connection and fails waiting requests; later requests fail at once.

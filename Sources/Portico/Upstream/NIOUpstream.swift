@@ -141,6 +141,10 @@ final class NIOUpstream: UpstreamClient {
         if case .pool(let pool) = exchanger { pool.shutdown() }
     }
 
+    func retire() async {
+        if case .pool(let pool) = exchanger { pool.retire() }
+    }
+
     /// The gateway's response for an upstream head: its fields converted and made the client's
     /// (`ForwardingHeaders.clientResponseFields`) in one pass.
     static func makeResponse(_ head: HTTPResponseHead, body: Body) -> GatewayResponse {

@@ -78,20 +78,39 @@ final class URLSessionBridge: Sendable {
     /// 3 % of the CPU spinning for it); the lock counts the calls making one, and the session is
     /// invalidated once the last of them is done.
     private let session: Mutex<SessionState>
+    /// How the session ends.
+    enum Invalidation: Equatable {
+        /// Calls in flight are cancelled (`shutdown`).
+        case cancelling
+        /// Calls in flight finish; no new ones (a reload retired the upstream).
+        case finishingTasks
+    }
     private struct SessionState {
-        /// `nil` once shut down.
+        /// `nil` once invalidated.
         var session: URLSession?
         /// Calls making a task on `session` right now.
         var makingTasks = 0
-        /// Shut down while tasks were being made: the last maker invalidates the session.
-        var invalidationDue = false
+        /// Set by the first shutdown: the last call making a task, or the shutdown itself when
+        /// none is, invalidates the session.
+        var invalidation: Invalidation?
+        /// A session left to finish its tasks, kept so that a later `shutdown` can cancel them.
+        var finishing: URLSession?
 
         /// The session to invalidate now — shut down, and no task being made on it — which
         /// is no longer handed out; `nil` otherwise.
-        mutating func takeForInvalidation() -> URLSession? {
-            guard invalidationDue, makingTasks == 0 else { return nil }
-            defer { session = nil }
-            return session
+        mutating func takeForInvalidation() -> (URLSession, Invalidation)? {
+            guard let invalidation, makingTasks == 0, let taken = session else { return nil }
+            session = nil
+            if invalidation == .finishingTasks { finishing = taken }
+            return (taken, invalidation)
+        }
+    }
+
+    private static func invalidate(_ taken: (URLSession, Invalidation)?) {
+        switch taken {
+        case nil: return
+        case (let session, .cancelling)?: session.invalidateAndCancel()
+        case (let session, .finishingTasks)?: session.finishTasksAndInvalidate()
         }
     }
     private let delegate = Delegate()
@@ -126,31 +145,44 @@ final class URLSessionBridge: Sendable {
     /// `streaming.framing` says so, a stream of it (at most `limit` bytes either way).
     func open(_ request: URLRequest, limit: Int, streaming: Streaming?) async throws -> Head {
         let current = session.withLock { state -> URLSession? in
-            guard let session = state.session, !state.invalidationDue else { return nil }
+            guard let session = state.session, state.invalidation == nil else { return nil }
             state.makingTasks += 1
             return session
         }
         guard let current else { throw Failure.shutDown }
         let task = current.dataTask(with: request)
-        let invalidate = session.withLock { state -> URLSession? in
+        let invalidation = session.withLock { state -> (URLSession, Invalidation)? in
             state.makingTasks -= 1
             return state.takeForInvalidation()
         }
-        // Shut down while this task was being made: it is cancelled with the others.
-        invalidate?.invalidateAndCancel()
+        // Shut down while this task was being made: it is cancelled with the others (or, when
+        // retired, runs to its end with them).
+        Self.invalidate(invalidation)
         return try await delegate.run(task, limit: limit, streaming: streaming)
     }
 
     /// Cancels calls in flight and releases the session (it retains its delegate until then);
-    /// safe to call more than once. With tasks being made right now, the last of those calls
-    /// invalidates it.
-    func shutdown() {
-        let invalidate = session.withLock { state -> URLSession? in
-            guard state.session != nil, !state.invalidationDue else { return nil }
-            state.invalidationDue = true
-            return state.takeForInvalidation()
+    /// with `finishingTasks`, lets them finish instead (a reload's retirement). Safe to call more
+    /// than once: a shutdown after a retirement cancels what still runs. With tasks being made
+    /// right now, the last of those calls invalidates it.
+    func shutdown(finishingTasks: Bool = false) {
+        let (taken, stillFinishing) = session.withLock { state -> ((URLSession, Invalidation)?, URLSession?) in
+            switch (state.invalidation, finishingTasks) {
+            case (nil, _):
+                state.invalidation = finishingTasks ? .finishingTasks : .cancelling
+                return (state.takeForInvalidation(), nil)
+            case (.finishingTasks?, false):
+                state.invalidation = .cancelling
+                defer { state.finishing = nil }
+                return (state.takeForInvalidation(), state.finishing)
+            default:
+                return (nil, nil)
+            }
         }
-        invalidate?.invalidateAndCancel()
+        Self.invalidate(taken)
+        stillFinishing?.getAllTasks { tasks in
+            for task in tasks { task.cancel() }
+        }
     }
 }
 

@@ -99,6 +99,10 @@ final class URLSessionUpstream: UpstreamClient {
         bridge.shutdown()
     }
 
+    func retire() async {
+        bridge.shutdown(finishingTasks: true)
+    }
+
     /// When and how a response streams: a body that declares more than `Body.bufferedLimit`
     /// bytes or no length at all; failures after the head as the client's stream sees them.
     private func streaming(for method: HTTPRequest.Method, context: RequestContext) -> URLSessionBridge.Streaming {

@@ -12,6 +12,10 @@ public protocol UpstreamClient: Sendable {
     nonisolated(nonsending) func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse
     /// Cancels in-flight exchanges and releases connections. Call once, after the last `send`.
     func shutdown() async
+    /// A reload replaced this client and its requests have had their request timeout: later
+    /// sends fail, idle connections close, and exchanges still in flight (response streams)
+    /// finish on their own terms — their stream idle timeout and maximum duration — then close.
+    func retire() async
 }
 
 /// Builds the configured transport for an upstream. `loops`: the event loops the gateway's

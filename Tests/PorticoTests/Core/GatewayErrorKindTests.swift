@@ -100,4 +100,5 @@ private struct FailingUpstream: UpstreamClient {
         throw failure.gatewayError(upstream: config.name)
     }
     func shutdown() async {}
+    func retire() async {}
 }

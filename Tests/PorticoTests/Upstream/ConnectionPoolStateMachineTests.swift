@@ -315,6 +315,48 @@ struct ConnectionPoolStateMachineTests {
         #expect(secondShutdownIsNoop, "once")
     }
 
+    @Test("retire (a reload): idle connections close, leases are refused; a leased connection stays open until released, then closes")
+    func retire() {
+        let cap = SharedCap(name: "retire")
+        var machine = Self.machine(limit: 3, cap: cap)
+        let streaming = Self.open(&machine, 1)
+        let connecting = Self.isConnect(machine.lease(now: Self.t0).0)
+        #expect(connecting, "a second, still connecting")
+        let idle = Self.open(&machine, 2)
+        _ = machine.release(idle, reusable: true, now: Self.t0)
+
+        let action = machine.retire()
+        #expect(Self.ids(action.close) == [2], "only the idle one")
+        #expect(action.sweep == .cancel)
+        #expect(!machine.isDrained && cap.current == 2)
+        let leaseRefused = if case .shutDown = machine.lease(now: Self.t0).0 { true } else { false }
+        #expect(leaseRefused)
+
+        // The connection being opened started before the retirement: its request uses it.
+        let late = Connection(3)
+        let kept = machine.connected(late)
+        #expect(kept)
+        // Released, even reusable, each one closes.
+        #expect(Self.ids(machine.release(streaming, reusable: true, now: Self.t0 + .seconds(60)).close) == [1])
+        #expect(!machine.isDrained)
+        #expect(Self.ids(machine.release(late, reusable: true, now: Self.t0 + .seconds(60)).close) == [3])
+        #expect(machine.isDrained && cap.current == 0 && machine.idleCount == 0)
+        #expect(machine.retire().close.isEmpty, "once")
+    }
+
+    @Test("retire fails the requests waiting for a connection; a later shutdown closes the connections still leased")
+    func shutdownAfterRetire() {
+        var machine = Self.machine(limit: 1)
+        let streaming = Self.open(&machine, 1)
+        Self.wait(&machine, "a", deadline: Self.t0 + .seconds(2))
+        let retired = machine.retire()
+        #expect(Self.describe(retired.handovers) == ["a✗connectFailed(\"client is shut down\")"])
+        #expect(retired.waiterTimer == .cancel && !machine.signal.isWaiting)
+        #expect(Self.ids(machine.shutdown().close) == [1])
+        #expect(machine.isDrained && machine.isShutDown)
+        #expect(machine.release(streaming, reusable: true, now: Self.t0).close.isEmpty, "closed at shutdown already")
+    }
+
     // MARK: The cap across loops
 
     @Test("two loops' machines sharing one cap: neither exceeds the total; a slot freed on one serves the other's waiter")
