@@ -269,24 +269,27 @@ extension URLSessionBridge {
     /// while cancellation arrives from the awaiting task, and a stream's reader goes away (or
     /// its watchdog expires) on threads of its own.
     final class Transfer: Sendable {
-        struct State {
-            var continuation: CheckedContinuation<Head, any Error>?
-            var result: Result<Head, any Error>?
-            var response: HTTPURLResponse?
-            var body = ByteBuffer()
-            /// Set while the body streams; `nil` again once the stream ended.
-            var writer: BodyWriter?
-            var watchdog: StreamWatchdog?
-            /// Whether the body was handed over as a stream (stays true after it ended).
-            var streamed = false
-            /// Body bytes received, counted against `limit` as they stream.
-            var received = 0
-            var declaredLength: Int?
+        /// Where the call is. Each case carries what it needs, so no combination of fields can
+        /// say two things at once.
+        enum Phase {
+            /// No usable head yet, or one whose body is being collected whole. `waiter` is the
+            /// awaiting caller once installed. A redirect we refused or an interim response may
+            /// come first: the last `response` wins, and `body` restarts with it.
+            case receiving(waiter: CheckedContinuation<Head, any Error>?, response: HTTPURLResponse?,
+                           body: ByteBuffer, declaredLength: Int?)
+            /// The call completed (a whole body or a failure); later callbacks are ignored. Kept
+            /// for a waiter installed after an early cancellation.
+            case finished(Result<Head, any Error>)
+            /// The head went to the caller and the body streams to `writer`; `received` bytes
+            /// so far, counted against `limit`.
+            case streaming(writer: BodyWriter, watchdog: StreamWatchdog, received: Int, declaredLength: Int?)
+            /// The streamed body ended (finished or failed).
+            case streamEnded
         }
 
         let limit: Int
         let streaming: Streaming?
-        let state = Mutex(State())
+        let phase = Mutex(Phase.receiving(waiter: nil, response: nil, body: ByteBuffer(), declaredLength: nil))
 
         init(limit: Int, streaming: Streaming? = nil) {
             self.limit = limit
@@ -295,10 +298,16 @@ extension URLSessionBridge {
 
         /// Installs the waiter; returns false when the exchange already finished (cancelled early).
         func install(_ continuation: CheckedContinuation<Head, any Error>) -> Bool {
-            let finished: Result<Head, any Error>? = state.withLock { state in
-                if let result = state.result { return result }
-                state.continuation = continuation
-                return nil
+            let finished: Result<Head, any Error>? = phase.withLock { phase in
+                switch phase {
+                case .receiving(_, let response, let body, let declaredLength):
+                    phase = .receiving(waiter: continuation, response: response, body: body, declaredLength: declaredLength)
+                    return nil
+                case .finished(let result):
+                    return result
+                case .streaming, .streamEnded:
+                    preconditionFailure("the task streams only once resumed, after its waiter is installed")
+                }
             }
             if let finished {
                 continuation.resume(with: finished)
@@ -307,35 +316,40 @@ extension URLSessionBridge {
             return true
         }
 
-        /// Completes the call once; later calls are ignored.
+        /// Completes the call once, unless its body already streams; later calls are ignored.
         func finish(_ result: Result<Head, any Error>) {
-            let continuation: CheckedContinuation<Head, any Error>? = state.withLock { state in
-                guard state.result == nil else { return nil }
-                state.result = result
-                defer { state.continuation = nil }
-                return state.continuation
+            let waiter: CheckedContinuation<Head, any Error>? = phase.withLock { phase in
+                guard case .receiving(let waiter, _, _, _) = phase else { return nil }
+                phase = .finished(result)
+                return waiter
             }
-            continuation?.resume(with: result)
+            waiter?.resume(with: result)
         }
 
-        /// Completes with what was received so far (used on the 401 challenge and on completion).
+        /// Completes with what was received so far (used on the 401 challenge and on
+        /// completion). False: no response head came.
         func finishWithReceived() -> Bool {
-            let received: Received? = state.withLock { state in
-                state.response.map { Received(response: $0, body: state.body) }
+            let received: Received?? = phase.withLock { phase in
+                guard case .receiving(_, let response, let body, _) = phase else { return .some(nil) }
+                return response.map { Received(response: $0, body: body) }
             }
-            guard let received else { return false }
-            finish(.success(.whole(received)))
-            return true
+            switch received {
+            case nil: return false
+            case .some(nil): return true  // completed already
+            case .some(let received?):
+                finish(.success(.whole(received)))
+                return true
+            }
         }
 
         func receive(_ response: HTTPURLResponse, task: URLSessionDataTask) {
             let declared = Self.unencodedLength(response)
-            state.withLock { state in
-                // A redirect we refused or an interim response may come first: the last one wins.
-                state.response = response
-                state.body.clear()
-                state.declaredLength = declared
+            let receiving: Bool = phase.withLock { phase in
+                guard case .receiving(let waiter, _, _, _) = phase else { return false }
+                phase = .receiving(waiter: waiter, response: response, body: ByteBuffer(), declaredLength: declared)
+                return true
             }
+            guard receiving else { return }
             let status = response.statusCode
             let hasBody = HTTPSyntax.responseHasBody(status: status, toHead: task.originalRequest?.httpMethod == "HEAD")
             if hasBody, let declared, declared > limit {
@@ -351,17 +365,22 @@ extension URLSessionBridge {
                 self?.endStream(failing: error)
                 task.cancel()
             }
-            state.withLock { state in
-                state.writer = writer
-                state.watchdog = watchdog
-                state.streamed = true
+            let started: CheckedContinuation<Head, any Error>?? = phase.withLock { phase in
+                // Cancelled meanwhile: the reader is gone, the stream never starts.
+                guard case .receiving(let waiter, _, _, _) = phase else { return nil }
+                phase = .streaming(writer: writer, watchdog: watchdog, received: 0, declaredLength: declared)
+                return .some(waiter)
+            }
+            guard let waiter = started else {
+                watchdog.stop()
+                task.cancel()
+                return
             }
             writer.onReaderGone { [weak self] error in
                 self?.endStream(failing: error)
                 task.cancel()
             }
-            // Dropped at once if the call already ended (cancelled): the reader is gone then.
-            finish(.success(.streaming(response, stream)))
+            waiter?.resume(returning: .streaming(response, stream))
         }
 
         /// Collects body bytes, or passes them on to the stream; past `limit` the call fails
@@ -369,17 +388,25 @@ extension URLSessionBridge {
         func receive(_ data: Data, task: URLSessionDataTask) {
             enum Step {
                 case kept, tooLarge, ignored
-                case offer(BodyWriter, StreamWatchdog?)
+                case offer(BodyWriter, StreamWatchdog)
                 case streamTooLarge
             }
-            let step: Step = state.withLock { state in
-                if let writer = state.writer {
-                    state.received += data.count
-                    return state.received > limit ? .streamTooLarge : .offer(writer, state.watchdog)
+            let step: Step = phase.withLock { phase in
+                switch phase {
+                case .streaming(let writer, let watchdog, let received, let declaredLength):
+                    let total = received + data.count
+                    phase = .streaming(writer: writer, watchdog: watchdog, received: total, declaredLength: declaredLength)
+                    return total > limit ? .streamTooLarge : .offer(writer, watchdog)
+                case .receiving(let waiter, let response, var body, let declaredLength):
+                    // Moved out of the phase while it grows, so the buffer is not copied (copy on write).
+                    phase = .streamEnded
+                    body.writeBytes(data)
+                    let size = body.readableBytes
+                    phase = .receiving(waiter: waiter, response: response, body: body, declaredLength: declaredLength)
+                    return size <= limit ? .kept : .tooLarge
+                case .finished, .streamEnded:
+                    return .ignored
                 }
-                guard state.result == nil else { return .ignored }
-                state.body.writeBytes(data)
-                return state.body.readableBytes <= limit ? .kept : .tooLarge
             }
             switch step {
             case .kept, .ignored:
@@ -391,7 +418,7 @@ extension URLSessionBridge {
                 endStream(failing: streaming?.failure(.tooLarge(limit: limit)))
                 task.cancel()
             case .offer(let writer, let watchdog):
-                watchdog?.touch()
+                watchdog.touch()
                 var chunk = ByteBuffer()
                 chunk.writeBytes(data)
                 // No pause on `.full`: URLSession has none that keeps the connection (see the
@@ -403,13 +430,22 @@ extension URLSessionBridge {
             }
         }
 
-        var isStreaming: Bool { state.withLock { $0.streamed } }
+        /// Whether the body was handed over as a stream (true after it ended too).
+        var isStreaming: Bool {
+            phase.withLock { phase in
+                switch phase {
+                case .streaming, .streamEnded: true
+                case .receiving, .finished: false
+                }
+            }
+        }
 
         /// The task completed while streaming: finish the stream, or fail it with what happened.
         func endStream(after error: (any Error)?) {
             guard let streaming else { return }
-            let short = state.withLock { state in
-                state.declaredLength.map { state.received < $0 } ?? false
+            let short = phase.withLock { phase in
+                guard case .streaming(_, _, let received, let declared?) = phase else { return false }
+                return received < declared
             }
             if let error {
                 // curl's "partial file" / a reset arrive as URLError -1 or -1005; a timeout is its own.
@@ -425,22 +461,28 @@ extension URLSessionBridge {
 
         /// Ends the stream once: finished (`nil`) or failed; stops its watchdog.
         func endStream(failing error: GatewayError?) {
-            let (writer, watchdog) = state.withLock { state in
-                defer { (state.writer, state.watchdog) = (nil, nil) }
-                return (state.writer, state.watchdog)
+            let ended: (BodyWriter, StreamWatchdog)? = phase.withLock { phase in
+                guard case .streaming(let writer, let watchdog, _, _) = phase else { return nil }
+                phase = .streamEnded
+                return (writer, watchdog)
             }
-            watchdog?.stop()
-            guard let writer else { return }
+            guard let (writer, watchdog) = ended else { return }
+            watchdog.stop()
             if let error { writer.fail(error) } else { writer.finish() }
         }
 
-        var hasResponse: Bool { state.withLock { $0.response != nil } }
+        /// A response head came (and the call has not completed yet).
+        var hasResponse: Bool {
+            phase.withLock { phase in
+                if case .receiving(_, .some, _, _) = phase { true } else { false }
+            }
+        }
 
         /// Fewer body bytes than an unencoded response's `Content-Length` announced.
         var isTruncated: Bool {
-            state.withLock { state in
-                guard let declared = state.declaredLength else { return false }
-                return state.body.readableBytes < declared
+            phase.withLock { phase in
+                guard case .receiving(_, _, let body, let declared?) = phase else { return false }
+                return body.readableBytes < declared
             }
         }
 
