@@ -16,6 +16,13 @@ extension UpstreamConfig {
             }
         }
         m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
+        if let node = m.value("host_header"), let host = node.hostHeaderValue() {
+            if c.preserveHost {
+                node.error("cannot be combined with preserve_host: true, which sends the client's Host instead")
+            } else {
+                c.hostHeader = host
+            }
+        }
         m.read("max_response_bytes", into: &c.maxResponseBytes) { $0.size() }
         if m.value("max_response_bytes") == nil && c.transport == .nio {
             // Streams on `nio` flow at the client's pace: no size is a memory risk.
@@ -29,5 +36,34 @@ extension UpstreamConfig {
         }
         m.finish()
         return url == nil ? nil : c
+    }
+}
+
+extension ConfigNode {
+    /// A `Host` value: `host` or `host:port`, the host a DNS name, an IPv4 address or a
+    /// bracketed IPv6 address.
+    func hostHeaderValue() -> String? {
+        guard let value = scalar() else { return nil }
+        let text = value.text
+        var host = Substring(text), port: Substring?
+        if text.hasPrefix("[") {
+            if let close = text.firstIndex(of: "]") {
+                host = text[...close]
+                let after = text[text.index(after: close)...]
+                if !after.isEmpty { port = after.hasPrefix(":") ? after.dropFirst() : "x" }
+            }
+        } else if let colon = text.lastIndex(of: ":") {
+            host = text[..<colon]
+            port = text[text.index(after: colon)...]
+        }
+        let hostValid = !host.isEmpty && host.count <= 253 && host.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "-.[]:".unicodeScalars.contains($0))
+        } && (host.hasPrefix("[") || !host.contains(":"))
+        let portValid = port.map { !$0.isEmpty && $0.count <= 5 && $0.allSatisfy(\.isASCII) && Int($0).map { (1...65535).contains($0) } == true } ?? true
+        guard hostValid, portValid else {
+            error("expected host or host:port, got \(value.shown)")
+            return nil
+        }
+        return text
     }
 }

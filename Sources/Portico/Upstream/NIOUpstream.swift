@@ -49,7 +49,7 @@ final class NIOUpstream: UpstreamClient {
     }
 
     nonisolated(nonsending) func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        var fields = Self.requestFields(request, config: config, upstreamHost: target.authority)
+        var fields = Self.requestFields(request, config: config, upstreamHost: config.sentHost(target))
         let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? $0 : nil }
         // A streamed request body goes up as it arrives (see `UpstreamUpload` for its timeouts).
         let upload = request.body.isStreamed ? UpstreamUpload(request.body, context: context) : nil

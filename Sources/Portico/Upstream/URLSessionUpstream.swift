@@ -152,7 +152,7 @@ final class URLSessionUpstream: UpstreamClient {
         var headers = HeaderDictionary(capacity: request.headerFields.count + 4)
         ForwardingHeaders.forEachUpstreamField(
             request.headerFields, authority: request.head.authority, clientAddress: request.clientAddress,
-            upstreamHost: target.authority, preserveHost: config.preserveHost, proto: request.head.scheme ?? "http"
+            upstreamHost: config.sentHost(target), preserveHost: config.preserveHost, proto: request.head.scheme ?? "http"
         ) { name, value in headers.add(name, value) }
         urlRequest.allHTTPHeaderFields = headers.finished()
         if let buffer = request.body.buffer, buffer.readableBytes > 0 {

@@ -23,6 +23,10 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var idleTimeout: Duration = .seconds(4)
     /// Send the client's `Host` instead of the upstream's.
     public var preserveHost: Bool = false
+    /// `host_header:` — the `Host` sent instead of the URL's authority (a virtual host behind
+    /// a shared address). Set after header hygiene, on both transports; TLS still verifies the
+    /// URL's host (or `tls.server_name`). Cannot be combined with `preserve_host`.
+    public var hostHeader: String?
     /// Upstream bodies larger than this become 502 `upstream_response_too_large` (declared), or
     /// are cut as they flow. Unset in the file: no limit on `nio` (its streams are slowed to the
     /// client's pace), 64 MiB on `urlsession`, which cannot slow the upstream: this bounds what
@@ -36,6 +40,11 @@ public struct UpstreamConfig: Sendable, Equatable {
     public static let maxBufferedUpload = 64 * 1024 * 1024
     /// `tls:` for an `https://` upstream; the default verifies against the system trust store.
     public var tls = TLSClientConfig()
+
+    /// The `Host` this upstream is sent (unless `preserveHost`): `host_header`, else the URL's authority.
+    func sentHost(_ target: UpstreamTarget) -> String {
+        hostHeader ?? target.authority
+    }
 
     public init(name: String, url: URL) {
         self.name = name

@@ -38,7 +38,7 @@ struct ShippedConfigTests {
         let config = try ConfigLoader.load(file: path, environment: [:])
         let credentialTypes = Set(config.credentials.values.map(\.typeName))
         #expect(credentialTypes == ["static", "basic", "oauth2_client_credentials", "oauth2_refresh_token"])
-        #expect(Set(config.middleware.values.map(\.typeName)) == ["access_log", "auth", "cache", "compress", "rate_limit", "retry"])
+        #expect(Set(config.middleware.values.map(\.typeName)) == ["access_log", "auth", "cache", "compress", "headers", "rate_limit", "retry"])
         #expect(!config.upstreams.isEmpty && !config.defaults.middleware.isEmpty)
         #expect(config.routes.contains { $0.direct != nil } && config.routes.contains { $0.upstream != nil })
     }
