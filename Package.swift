@@ -54,6 +54,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.0"),
         .package(url: "https://github.com/apple/swift-http-structured-headers", from: "1.7.0"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        // SHA-256 for `tls.pin_sha256` (already built for swift-certificates).
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         // Tracing (issue #23): OTLP/HTTP only, so the gRPC stack is not built (needs tools 6.1 for traits).
         .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
@@ -108,6 +110,7 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "OTelSemanticConventions", package: "swift-otel-semantic-conventions"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),

@@ -34,6 +34,9 @@ public struct TestCertificates: Sendable {
     public let wildcard: Pair
     public let wrongCA: Pair
     public let client: Pair
+    /// `server`'s key in a new certificate (another serial and subject), as a renewal makes:
+    /// the same SubjectPublicKeyInfo, so the same `pin_sha256`.
+    public let renewedServer: Pair
     /// Self-signed, with keys in the older PEM forms config loading must also read: PKCS#1
     /// (`RSA PRIVATE KEY`), and SEC1 after an `EC PARAMETERS` block (`openssl ecparam -genkey`).
     public let rsaPKCS1: Pair
@@ -95,6 +98,7 @@ public struct TestCertificates: Sendable {
         wildcard = try maker.leaf("wildcard", signer: ca, names: "DNS:*.example.test,IP:127.0.0.1", usage: "serverAuth")
         wrongCA = try maker.leaf("wrong-ca", signer: otherCA, names: serverNames, usage: "serverAuth")
         client = try maker.leaf("client", signer: ca, names: "DNS:portico-client", usage: "clientAuth")
+        renewedServer = try maker.leaf("renewed-server", signer: ca, names: serverNames, usage: "serverAuth", key: server)
         rsaPKCS1 = try maker.selfSigned("rsa-pkcs1") { ["genrsa", "-traditional", "-out", $0, "2048"] }
         ecWithParameters = try maker.selfSigned("ec-parameters") { ["ecparam", "-name", "prime256v1", "-genkey", "-out", $0] }
     }
@@ -114,16 +118,21 @@ public struct TestCertificates: Sendable {
 
         /// A leaf signed by `signer`; `validity` (UTC, `YYYYMMDDHHMMSSZ`) goes through `openssl ca`,
         /// the only 3.0 command that takes explicit dates.
+        /// With `key`, the certificate is for that pair's key rather than a new one.
         func leaf(_ name: String, signer: Pair, names: String, usage: String,
-                  validity: (start: String, end: String)? = nil) throws(Failure) -> Pair {
-            let pair = Pair(certificateFile: path("\(name).pem"), keyFile: path("\(name).key"))
+                  validity: (start: String, end: String)? = nil, key: Pair? = nil) throws(Failure) -> Pair {
+            let pair = Pair(certificateFile: path("\(name).pem"), keyFile: key?.keyFile ?? path("\(name).key"))
             let request = path("\(name).csr"), extensions = path("\(name).ext")
             let extensionText = "subjectAltName=\(names)\nextendedKeyUsage=\(usage)\nbasicConstraints=CA:FALSE\n"
             guard FileManager.default.createFile(atPath: extensions, contents: Data(extensionText.utf8)) else {
                 throw Failure(description: "cannot write \(extensions)")
             }
-            try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                     "-keyout", pair.keyFile, "-out", request, "-subj", "/CN=\(name)"])
+            if let key {
+                try run(["req", "-new", "-key", key.keyFile, "-out", request, "-subj", "/CN=\(name)"])
+            } else {
+                try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                         "-keyout", pair.keyFile, "-out", request, "-subj", "/CN=\(name)"])
+            }
             if let validity {
                 let database = path("\(name)-db")
                 let config = "[ca]\ndefault_ca = test\n[test]\ndatabase = \(database)/index.txt\nserial = \(database)/serial\n"

@@ -163,3 +163,49 @@ struct HeaderRulesNginxTests {
         await gateway.stop()
     }
 }
+
+/// `portico check` itself on a file with header-rule and pin mistakes: every one reported, with
+/// file, line and key path, exit status 1, and no environment value printed.
+@Suite("portico check: header rules and pins")
+struct HeaderRulesCheckCommandTests {
+    @Test("framed fields, an unknown reference, a missing variable and a short pin are all refused")
+    func check() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: CommandTests.binary), "build the portico product first")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("portico-check-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("portico.yaml")
+        try """
+            upstreams:
+              app: { url: "https://127.0.0.1:9443", transport: nio, tls: { pin_sha256: ["AAAA"] } }
+              old: { url: "https://127.0.0.1:9444", tls: { pin_sha256: ["\(Data(repeating: 1, count: 32).base64EncodedString())"] } }
+            middleware:
+              stamp:
+                type: headers
+                request: { set: { Host: other.test, X-Key: "${env:PORTICO_TEST_SECRET}", X-Id: "${requestid}" } }
+                response: { remove: [Transfer-Encoding], add: { X-Missing: "${env:PORTICO_TEST_UNSET}" } }
+            routes:
+              - { name: api, match: { path_prefix: / }, upstream: app, middleware: [stamp] }
+            """.write(to: file, atomically: true, encoding: .utf8)
+        let output = directory.appendingPathComponent("out").path
+        let process = try ChildProcess(
+            executable: ChildProcess.locate("env") ?? "/usr/bin/env",
+            arguments: ["-u", "PORTICO_TEST_UNSET", "PORTICO_TEST_SECRET=do-not-print-me", CommandTests.binary, "check", "--config", file.path],
+            standardOutput: .file(output), standardError: .file(output))
+        let status = await process.waitForExit(timeout: .seconds(60))
+        if status == nil { await process.terminate() }
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == 1, "\(text)")
+        for expected in [
+            "portico.yaml:2 upstreams.app.tls.pin_sha256[0]: expected the base64 of a 32-byte SHA-256 digest",
+            "portico.yaml:3 upstreams.old.tls.pin_sha256: the urlsession transport on Linux cannot pin a certificate key",
+            "portico.yaml:7 middleware.stamp.request.set.Host: \"Host\" cannot be changed by a header rule: to send another Host to the upstream, set host_header: on the upstream",
+            "portico.yaml:7 middleware.stamp.request.set.X-Id: unknown reference \"${requestid}\"",
+            "portico.yaml:8 middleware.stamp.response.remove[0]: \"Transfer-Encoding\" cannot be changed by a header rule",
+            "portico.yaml:8 middleware.stamp.response.add.X-Missing: environment variable \"PORTICO_TEST_UNSET\" is not set",
+        ] {
+            #expect(text.contains(expected), "missing \(expected) in:\n\(text)")
+        }
+        #expect(!text.contains("do-not-print-me"))
+    }
+}

@@ -56,6 +56,7 @@ final class NIOTokenTransport: TokenTransport {
         case .timeout?, .connectTimeout?, nil: TokenEndpointError(.timeout)
         case .responseTooLarge(let limit)?: TokenEndpointError(.malformed("response larger than \(limit) bytes"))
         case .tls(let detail)?: TokenEndpointError(.transport("TLS failure: \(detail)"))
+        case .certificatePinMismatch?: TokenEndpointError(.transport("TLS failure: \(SPKIPins.mismatchDescription)"))
         case .connectFailed(let detail)?, .connectionClosed(let detail)?, .protocolError(let detail)?:
             TokenEndpointError(.transport(detail))
         }

@@ -5,7 +5,7 @@ extension TLSClientConfig {
     /// `upstreams.NAME.tls` and `credentials.NAME.tls`. Files are read and parsed here, so a
     /// missing or malformed one is a config error with its key path. Keys the chosen transport
     /// cannot honour are refused rather than ignored.
-    static func parse(_ m: ConfigMapping, transport: UpstreamConfig.Transport) -> TLSClientConfig {
+    static func parse(_ m: ConfigMapping, transport: UpstreamConfig.Transport, pinning: Bool = true) -> TLSClientConfig {
         var c = TLSClientConfig()
         let caNode = m.value("ca_file")
         if let caNode, let bytes = caNode.fileBytes() {
@@ -21,7 +21,20 @@ extension TLSClientConfig {
         m.read("min_version", into: &c.minimumVersion) { $0.choice(Version.self) }
         let skipNode = m.value("insecure_skip_verify")
         m.read("insecure_skip_verify", into: &c.insecureSkipVerify) { $0.bool() }
+        let pinNode = m.value("pin_sha256"), verifyNode = m.value("verify")
+        if pinning {
+            c.pins = pinNode?.spkiPins()
+            m.read("verify", into: &c.verification) { $0.choice(Verification.self) }
+        }
         m.finish()
+
+        if !pinning {
+            for node in [pinNode, verifyNode].compactMap({ $0 }) {
+                node.error("pinning applies to upstreams and token endpoints only")
+            }
+        } else if transport == .nio {
+            refuseContradictoryPinning(c, pinNode: pinNode, verifyNode: verifyNode, skipNode: skipNode, in: m)
+        }
 
         if c.insecureSkipVerify, let skipNode {
             if c.trustRoots != nil || c.serverName != nil {
@@ -31,7 +44,7 @@ extension TLSClientConfig {
             }
         }
         if transport == .urlsession {
-            refuseOnURLSession(m, skipsVerification: c.insecureSkipVerify)
+            refuseOnURLSession(m, skipsVerification: c.insecureSkipVerify, pinOnly: c.verification == .pinOnly)
         }
         return c
     }
@@ -39,7 +52,7 @@ extension TLSClientConfig {
     /// What FoundationNetworking on Linux cannot do (measured on Swift 6.3.1, libcurl 7.88.1):
     /// it trusts libcurl's system bundle only, answers no server-trust or client-certificate
     /// challenge, and has no SNI, version or verification settings.
-    private static func refuseOnURLSession(_ m: ConfigMapping, skipsVerification: Bool) {
+    private static func refuseOnURLSession(_ m: ConfigMapping, skipsVerification: Bool, pinOnly: Bool) {
         let refusals = [
             ("ca_file", "cannot trust a custom CA (libcurl uses the system trust store only)"),
             ("client_cert_file", "cannot present client certificates"),
@@ -47,11 +60,35 @@ extension TLSClientConfig {
             ("server_name", "cannot override the TLS server name"),
             ("min_version", "cannot set a minimum TLS version"),
             ("insecure_skip_verify", "cannot turn verification off"),
+            // Measured (README, TLS): no server-trust challenge reaches a URLSession delegate and
+            // `URLProtectionSpace.serverTrust` is unavailable, so the key cannot be seen.
+            ("pin_sha256", "cannot pin a certificate key (no server-trust challenge reaches Portico)"),
+            ("verify", "cannot pin a certificate key (no server-trust challenge reaches Portico)"),
         ]
         for (key, problem) in refusals {
             guard let node = m.value(key) else { continue }
             if key == "insecure_skip_verify", !skipsVerification { continue }
+            if key == "verify", !pinOnly { continue }
             node.error("the urlsession transport on Linux \(problem); use transport: nio")
+        }
+    }
+
+    /// `verify: pin_only` needs pins and leaves nothing for `ca_file`/`server_name` to do; pins
+    /// with `insecure_skip_verify` would be silently one-sided (`pin_only` says it plainly).
+    private static func refuseContradictoryPinning(_ c: TLSClientConfig, pinNode: ConfigNode?, verifyNode: ConfigNode?,
+                                                   skipNode: ConfigNode?, in m: ConfigMapping) {
+        if c.insecureSkipVerify, let pinNode {
+            pinNode.error("cannot be combined with insecure_skip_verify; to check the pin only, write verify: pin_only")
+        }
+        guard c.verification == .pinOnly, let verifyNode else { return }
+        if pinNode == nil {
+            verifyNode.error("pin_only needs pin_sha256: the pin is then the whole check")
+        }
+        if m.value("ca_file") != nil || m.value("server_name") != nil {
+            verifyNode.error("pin_only cannot be combined with ca_file or server_name, which only matter when the chain is verified")
+        }
+        if skipNode != nil, c.insecureSkipVerify {
+            verifyNode.error("pin_only cannot be combined with insecure_skip_verify")
         }
     }
 
@@ -123,6 +160,37 @@ extension ListenTLSConfig {
 }
 
 extension ConfigNode {
+    /// `pin_sha256: [base64, …]`: each the base64 of a 32-byte SHA-256 digest (HPKP's
+    /// `pin-sha256` value, `openssl … | openssl dgst -sha256 -binary | base64`), no duplicates.
+    func spkiPins() -> SPKIPins? {
+        guard let items = list() else { return nil }
+        var digests: [[UInt8]] = []
+        var failed = false
+        for item in items {
+            guard let value = item.scalar(expected: "a base64 SHA-256 pin") else {
+                failed = true
+                continue
+            }
+            guard let data = Data(base64Encoded: value.text), data.count == 32 else {
+                item.error("expected the base64 of a 32-byte SHA-256 digest of a SubjectPublicKeyInfo, got \(value.shown)")
+                failed = true
+                continue
+            }
+            if digests.contains([UInt8](data)) {
+                item.error("duplicate pin \(value.shown)")
+                failed = true
+                continue
+            }
+            digests.append([UInt8](data))
+        }
+        if failed { return nil }
+        guard !digests.isEmpty else {
+            error("must list at least one pin")
+            return nil
+        }
+        return SPKIPins(digests)
+    }
+
     /// The bytes of the file this scalar names (relative to the configuration file's directory).
     func fileBytes() -> [UInt8]? {
         guard let path = nonEmptyString() else { return nil }

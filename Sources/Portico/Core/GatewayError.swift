@@ -82,6 +82,7 @@ extension GatewayError {
             case upstreamResponseTooLarge = "upstream_response_too_large"
             case upstreamProtocolError = "upstream_protocol_error"
             case upstreamTLSError = "upstream_tls_error"
+            case upstreamTLSPinMismatch = "upstream_tls_pin_mismatch"
             case responseHeadTooLarge = "response_head_too_large"
             case internalError = "internal_error"
             case clientClosedRequest = "client_closed_request"
@@ -130,6 +131,8 @@ extension GatewayError {
         public static let upstreamProtocolError = Kind(.upstreamProtocolError)
         /// 502: the TLS handshake with the upstream failed. Never retried.
         public static let upstreamTLSError = Kind(.upstreamTLSError)
+        /// 502 `upstream_tls_error`: the upstream's key matches none of `tls.pin_sha256`. Never retried.
+        public static let upstreamTLSPinMismatch = Kind(.upstreamTLSPinMismatch)
         /// 502: the response head does not fit in the connection's memory.
         public static let responseHeadTooLarge = Kind(.responseHeadTooLarge)
         /// 500: a failure the gateway did not expect.
@@ -150,7 +153,7 @@ extension GatewayError {
             case .requestTimeout, .notCached, .upstreamConnectTimeout, .upstreamTimeout: .gatewayTimeout
             case .overloaded, .shuttingDown, .credentialsUnavailable: .serviceUnavailable
             case .upstreamConnectFailed, .upstreamConnectionClosed, .upstreamResponseTooLarge, .upstreamProtocolError,
-                 .upstreamTLSError, .responseHeadTooLarge: .badGateway
+                 .upstreamTLSError, .upstreamTLSPinMismatch, .responseHeadTooLarge: .badGateway
             case .internalError: .internalServerError
             case .clientClosedRequest: HTTPResponse.Status(code: 499, reasonPhrase: "Client Closed Request")
             }
@@ -163,6 +166,7 @@ extension GatewayError {
             switch value {
             case .upstreamConnectFailed, .upstreamConnectionClosed: "upstream_unavailable"
             case .upstreamConnectTimeout: "upstream_timeout"
+            case .upstreamTLSPinMismatch: "upstream_tls_error"
             default: value.rawValue
             }
         }

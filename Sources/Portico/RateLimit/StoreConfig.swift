@@ -78,7 +78,7 @@ extension StoreConfig {
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
         m.read("key_prefix", into: &c.keyPrefix) { $0.string() }
         if let tlsNode = m.value("tls"), let section = tlsNode.mapping() {
-            c.tls = TLSClientConfig.parse(section, transport: .nio)
+            c.tls = TLSClientConfig.parse(section, transport: .nio, pinning: false)
             if parsed != nil, !c.useTLS {
                 tlsNode.error("applies to rediss:// URLs only")
             }

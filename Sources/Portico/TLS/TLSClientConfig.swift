@@ -35,6 +35,18 @@ public struct TLSClientConfig: Sendable, Equatable {
     /// Neither chain nor host name is checked. Only ever set explicitly, and warned about at load.
     public var insecureSkipVerify: Bool = false
 
+    /// `verify:` — what is checked besides `pin_sha256`.
+    public enum Verification: String, Sendable, Equatable, CaseIterable {
+        /// The chain and the host name, as always (the default).
+        case full
+        /// Only the pin: for self-signed upstreams. Needs `pin_sha256`.
+        case pinOnly = "pin_only"
+    }
+
+    /// `pin_sha256:` — the leaf's key must match one of these (`SPKIPins`); `nil`: no pinning.
+    public var pins: SPKIPins?
+    public var verification: Verification = .full
+
     public init() {}
 
     /// True when nothing differs from the default (system roots, full verification).
@@ -52,7 +64,8 @@ public struct TLSClientConfig: Sendable, Equatable {
         }
         // NIOSSL would accept TLS 1.0; Portico's floor is 1.2 unless `min_version` raises it.
         configuration.minimumTLSVersion = minimumVersion == .tls13 ? .tlsv13 : .tlsv12
-        if insecureSkipVerify {
+        if insecureSkipVerify || (verification == .pinOnly && pins != nil) {
+            // `pin_only`: the pin (`PinVerificationHandler`) is the whole check.
             configuration.certificateVerification = .none
         }
         return configuration

@@ -20,6 +20,8 @@ struct HTTP1Connection: Sendable {
         /// Without `serverName`: the host sent as SNI and verified by NIOSSL (an IP address is
         /// checked against the certificate's IP names instead).
         var verifiedHost: String? = nil
+        /// `tls.pin_sha256`: the leaf's key must match (`PinVerificationHandler`).
+        var pins: SPKIPins? = nil
 
         /// The endpoint for `url`: plain HTTP, or TLS verified as `tls:` says — with
         /// `server_name` (and verification on) the certificate must name it (`ServerNameCheck`);
@@ -29,7 +31,8 @@ struct HTTP1Connection: Sendable {
             let isTLS = url.scheme?.lowercased() == "https"
             var endpoint = Endpoint(host: host, port: url.port ?? (isTLS ? 443 : 80), tls: nil, serverName: nil)
             guard isTLS else { return .success(endpoint) }
-            if let serverName = tls.serverName, !tls.insecureSkipVerify {
+            endpoint.pins = tls.pins
+            if let serverName = tls.serverName, !tls.insecureSkipVerify, tls.verification == .full {
                 guard let context = tls.strictServerNameContext() else { return .failure(.tlsSettings) }
                 endpoint.tls = context
                 endpoint.serverName = serverName
@@ -93,6 +96,9 @@ struct HTTP1Connection: Sendable {
                         // SNI cannot carry an IP literal; the name check still applies to it.
                         let sni = (endpoint.serverName ?? endpoint.verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
                         try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
+                        if let pins = endpoint.pins {
+                            try pipeline.addHandler(PinVerificationHandler(pins: pins))
+                        }
                         if let serverName = endpoint.serverName {
                             try pipeline.addHandler(ServerNameVerificationHandler(serverName: serverName))
                         }

@@ -162,6 +162,8 @@ final class NIOUpstream: UpstreamClient {
             return error
         case is CancellationError:
             return nil
+        case is SPKIPins.Mismatch:
+            return afterHead ? .connectionClosed("the connection broke off") : .certificatePinMismatch
         case is NIOTooManyBytesError:
             return .responseTooLarge(limit: limit)
         case let error as HTTPParserError:

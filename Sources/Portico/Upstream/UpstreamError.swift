@@ -19,6 +19,8 @@ public enum UpstreamError: Error, Sendable, Equatable {
     case protocolError(String)
     /// TLS handshake or certificate failure; the detail says what failed (see `TLSFailure`).
     case tls(String)
+    /// The leaf certificate's key matches none of `tls.pin_sha256` (`SPKIPins`).
+    case certificatePinMismatch
 
     /// The error a client sees. Connect/reset → 502 `upstream_unavailable`; TLS → 502 `upstream_tls_error`;
     /// timeouts → 504 `upstream_timeout` (like nginx, a connect timeout is a timeout);
@@ -39,6 +41,8 @@ public enum UpstreamError: Error, Sendable, Equatable {
             (.upstreamProtocolError, "upstream \(upstream): \(detail)")
         case .tls(let detail):
             (.upstreamTLSError, "upstream \(upstream): TLS: \(detail)")
+        case .certificatePinMismatch:
+            (.upstreamTLSPinMismatch, "upstream \(upstream): TLS: \(SPKIPins.mismatchDescription)")
         }
         return GatewayError(kind, message: message, cause: self)
     }
@@ -54,9 +58,12 @@ extension UpstreamError {
     /// One log line per failed exchange. TLS failures are errors: they mean broken trust or
     /// configuration, not a transient fault, and the line says which upstream and what failed.
     func log(upstream: String, to logger: Logger) {
-        if case .tls(let detail) = self {
+        switch self {
+        case .tls(let detail):
             logger.error("upstream TLS failure", metadata: ["upstream": "\(upstream)", "tls_error": "\(detail)"])
-        } else {
+        case .certificatePinMismatch:
+            logger.error("upstream TLS failure", metadata: ["upstream": "\(upstream)", "tls_error": "\(SPKIPins.mismatchDescription)"])
+        default:
             logger.debug("upstream exchange failed", metadata: ["upstream": "\(upstream)", "error": "\(self)"])
         }
     }
