@@ -95,4 +95,5 @@ private struct PinFailingUpstream: UpstreamClient {
         throw UpstreamError.certificatePinMismatch.gatewayError(upstream: "billing")
     }
     func shutdown() async {}
+    func retire() async {}
 }
