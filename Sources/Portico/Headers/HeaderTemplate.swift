@@ -130,7 +130,6 @@ public struct HeaderTemplate: Sendable, Equatable, CustomStringConvertible {
 
     /// `${NAME}` in the loader's style (an environment variable's usual spelling).
     fileprivate static func isEnvironmentLike(_ reference: String) -> Bool {
-        let body = reference.dropFirst(2).dropLast()
-        return Interpolator.isVariableName(body) || body.contains(":-")
+        Interpolator.isVariableName(reference.dropFirst(2).dropLast())
     }
 }
