@@ -5,7 +5,8 @@
 #                                         its pid to the caller's `pids` array
 #   start_nginx_upstream WORK_DIR PORT    the benches' upstream: bench/cpu's 1 KiB JSON answer on
 #                                         /, the same with `Cache-Control: max-age=3600` on
-#                                         /cached; returns once it answers
+#                                         /cached, on 127.0.0.1, .2 and .3 (three endpoints for
+#                                         a balanced upstream); returns once it answers
 #   upstream_body                         that answer
 #   wait_for URL                          up to 2 minutes (processes under valgrind start slowly)
 
@@ -34,7 +35,7 @@ NGINX
 start_nginx_upstream() {
   local body
   body=$(upstream_body)
-  start_nginx "$1" upstream "server { listen 127.0.0.1:$2; keepalive_requests 1000000;
+  start_nginx "$1" upstream "server { listen 127.0.0.1:$2; listen 127.0.0.2:$2; listen 127.0.0.3:$2; keepalive_requests 1000000;
     location / { default_type application/json; return 200 '$body'; }
     location = /cached { default_type application/json; add_header Cache-Control \"max-age=3600\"; return 200 '$body'; } }"
   wait_for "http://127.0.0.1:$2/"
