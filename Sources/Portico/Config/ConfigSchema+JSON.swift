@@ -21,17 +21,20 @@ extension ConfigSchema {
             ("$id", .string(identifier)),
             ("title", .string("Portico configuration")),
         ])
-        return document
+        guard case .object(let entries) = document else { return document }
+        return .object(entries + [("$defs", .object([("interpolated", interpolatedDefinition)]))])
     }
 
     // MARK: Values
 
     /// A string holding a `${VAR}`, `${VAR:-default}` or `${file:…}` reference.
-    static let interpolated: SchemaJSON = .object([
+    static let interpolatedDefinition: SchemaJSON = .object([
         ("type", .string("string")),
         ("pattern", .string("\\$\\{")),
         ("description", .string("interpolated when loaded (${VAR}, ${VAR:-default}, ${file:path}); the loader checks the value")),
     ])
+
+    static let interpolated: SchemaJSON = .object([("$ref", .string("#/$defs/interpolated"))])
 
     static let decimal = "[0-9]+(\\.[0-9]+)?"
     static let durationPattern = "^(0|\(decimal)(ms|s|m|h))$"
