@@ -80,13 +80,15 @@ struct ConfigSchemaTests {
             ("middleware: { r: { type: retry, on: [404] } }", "middleware/r/on/0"),
             ("middleware: { a: { type: auth } }", "'credential' is a required property"),
             ("upstreams: { u: { url: http://x, tls: { verify: false } } }", "'verify' was unexpected"),
+            ("routes:\n  - { name: a, match: { path: /a, path_prefix: /a/ }, direct: { body: a } }", "routes/0/match"),
           ] as [(String, String)])
     func invalidFails(section: String, expected: String) async throws {
         let python = try #require(Self.python, "Python's jsonschema and PyYAML are needed (scripts/test installs them in .build/test-python)")
         let (schema, directory) = try await Self.printedSchema()
         defer { try? FileManager.default.removeItem(at: directory) }
         let config = directory.appendingPathComponent("bad.yaml")
-        try (section + "\nroutes:\n  - { name: ping, match: { path: /ping }, direct: { body: pong } }\n")
+        let routes = section.contains("routes:") ? "" : "\nroutes:\n  - { name: ping, match: { path: /ping }, direct: { body: pong } }"
+        try (section + routes + "\n")
             .write(to: config, atomically: true, encoding: .utf8)
         let script = Self.root.appendingPathComponent("scripts/config-schema-check.py").path
         let (status, output) = try await Self.run(python, [script, "--schema", schema, config.path], in: directory)

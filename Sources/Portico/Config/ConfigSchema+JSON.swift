@@ -159,6 +159,8 @@ extension ConfigSchema {
                 constraints.append(.object([("oneOf", .array(names.map { .object([("required", .array([.string($0)]))]) }))]))
             case .atLeastOne(let names):
                 constraints.append(.object([("anyOf", .array(names.map { .object([("required", .array([.string($0)]))]) }))]))
+            case .notTogether(let names):
+                constraints.append(.object([("not", .object([("required", .array(names.map(SchemaJSON.string)))]))]))
             }
         }
         if !constraints.isEmpty { object.append(("allOf", .array(constraints))) }

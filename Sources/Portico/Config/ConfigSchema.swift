@@ -61,6 +61,8 @@ public enum ConfigSchema {
         case exactlyOne([String])
         /// At least one of these keys (`match` needs path, path_prefix or host).
         case atLeastOne([String])
+        /// Not all of these keys together (`match.path` is exact: no `path_prefix` beside it).
+        case notTogether([String])
     }
 
     struct Section: Sendable {
@@ -297,7 +299,7 @@ public enum ConfigSchema {
     ])
 
     static let match = Section("At least one of path, path_prefix, host; methods narrows further.",
-                               rules: [.atLeastOne(["path", "path_prefix", "host"])], [
+                               rules: [.atLeastOne(["path", "path_prefix", "host"]), .notTogether(["path", "path_prefix"])], [
         key("path", .absolutePath, "Exact path."),
         key("path_prefix", .absolutePath, "Path prefix; the longest matching prefix wins."),
         key("host", .pattern("^(\\*\\.)?[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*$", note: "a host such as api.example.com or *.example.com, without port"),
