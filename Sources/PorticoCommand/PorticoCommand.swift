@@ -10,7 +10,7 @@ struct PorticoCommand: AsyncParsableCommand {
         commandName: "portico",
         abstract: "An HTTP gateway sidecar: credentials, access logs, caching, retries and rate limits in front of your upstream APIs.",
         version: PorticoVersion.string,
-        subcommands: [Run.self, Check.self, Explain.self, Demo.self, Version.self],
+        subcommands: [Run.self, Check.self, Explain.self, Schema.self, Demo.self, Version.self],
         defaultSubcommand: nil
     )
 }

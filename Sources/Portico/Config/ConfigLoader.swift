@@ -36,8 +36,10 @@ public enum ConfigLoader {
     }
 
     /// `registry`: the middleware types `type:` may name (tests add their own).
+    /// `keyRecorder`: collects every mapping read (the schema drift test).
     static func load(yaml: String, source: String, environment: [String: String],
-                     baseDirectory: String?, registry: MiddlewareRegistry = .standard) throws(ConfigError) -> PorticoConfig {
+                     baseDirectory: String?, registry: MiddlewareRegistry = .standard,
+                     keyRecorder: ConfigKeyRecorder? = nil) throws(ConfigError) -> PorticoConfig {
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -46,6 +48,7 @@ public enum ConfigLoader {
         }
         let context = ConfigContext(file: source,
                                     interpolator: Interpolator(environment: environment, baseDirectory: baseDirectory))
+        context.keyRecorder = keyRecorder
         var config = PorticoConfig(source: source)
         if let root {
             parseRoot(ConfigNode(node: root, path: "", context: context), into: &config, registry: registry)

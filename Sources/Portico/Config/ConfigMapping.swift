@@ -13,10 +13,13 @@ final class ConfigMapping {
     let node: ConfigNode
     /// In file order.
     private(set) var entries: [Entry] = []
-    private var asked: [String] = []
+    private(set) var asked: [String] = []
+    /// Whether `finish()` ran: unknown keys in this mapping are refused.
+    private(set) var refusesUnknownKeys = false
 
     init(_ node: ConfigNode, _ mapping: Node.Mapping) {
         self.node = node
+        node.context.keyRecorder?.mappings.append(self)
         var merged: [Entry] = []
         for (key, value) in mapping {
             let keyNode = ConfigNode(node: key, path: node.path, context: node.context)
@@ -87,6 +90,7 @@ final class ConfigMapping {
 
     /// Reports every key no parser asked for, with the nearest known key when close.
     func finish() {
+        refusesUnknownKeys = true
         for entry in entries where !asked.contains(entry.key) {
             entry.keyNode.error("unknown key \(entry.key.quotedForMessage)"
                 + NameSuggester.hint(for: entry.key, in: asked))

@@ -8,6 +8,8 @@ final class ConfigContext {
     private(set) var diagnostics: [ConfigDiagnostic] = []
     /// Accepted but worth a word at load (e.g. TLS verification turned off).
     private(set) var warnings: [ConfigDiagnostic] = []
+    /// Set by the schema drift test only: every mapping read during the load.
+    var keyRecorder: ConfigKeyRecorder?
 
     init(file: String, interpolator: Interpolator) {
         self.file = file

@@ -29,6 +29,8 @@ public final class GatewayMetrics: Sendable {
     /// `portico_time_to_first_byte_seconds`, per route.
     private let firstByteTimers: HandleCache<String, any TimerHandler, TimerRecorder>
     private let inFlight: Meter
+    /// `portico_open_streams`: streamed responses whose body is still flowing to the client.
+    private let openStreams: Meter
     private let reloads: LabelledCounters
     private let overloads: LabelledCounters
 
@@ -53,6 +55,7 @@ public final class GatewayMetrics: Sendable {
             factory.makeTimer(label: "portico_time_to_first_byte_seconds", dimensions: [("route", route)])
         }, localize: TimerRecorder.init)
         inFlight = Meter(label: "portico_in_flight_requests", dimensions: [], factory: factory)
+        openStreams = Meter(label: "portico_open_streams", dimensions: [], factory: factory)
         reloads = LabelledCounters("portico_config_reloads_total", factory: factory)
         overloads = LabelledCounters("portico_overloaded_requests_total", factory: factory)
         Gauge(label: "portico_build_info", dimensions: [("version", PorticoVersion.string)], factory: factory).record(1)
@@ -88,17 +91,20 @@ public final class GatewayMetrics: Sendable {
     /// append last to its body. It records the time to the first body byte as that byte leaves,
     /// and the request (count, `portico_request_duration_seconds` from `start` to the body's
     /// end, in-flight gauge) when the body ends, however it ends — or when the body is dropped
-    /// unread; `then` runs after that. `clock` must be the one `start` was read from.
+    /// unread; `then` runs after that. `portico_open_streams` counts it from now to that end.
+    /// `clock` must be the one `start` was read from.
     public func streamObserver(route: String?, method: String, code: Int, start: ContinuousClock.Instant,
                                clock: any GatewayClock = SystemClock(),
                                then: @escaping @Sendable () -> Void = {}) -> StreamObserver {
-        StreamObserver(clock: clock, onFirstByte: { [self] first in
+        openStreams.increment()
+        return StreamObserver(clock: clock, onFirstByte: { [self] first in
             firstByte(route: route, after: start.duration(to: first))
         }, onEnd: { [self] observation in
             if observation.firstByte == nil, observation.ending == .complete {
                 // An empty body: its end was the first thing the client got after the head.
                 firstByte(route: route, after: start.duration(to: observation.end))
             }
+            openStreams.decrement()
             requestFinished(route: route, method: method, code: code, duration: start.duration(to: observation.end))
             then()
         })
