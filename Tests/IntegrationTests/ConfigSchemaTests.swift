@@ -79,7 +79,7 @@ struct ConfigSchemaTests {
             ("middleware: { c: { type: cache, max_bytes: lots } }", "middleware/c/max_bytes"),
             ("middleware: { r: { type: retry, on: [404] } }", "middleware/r/on/0"),
             ("middleware: { a: { type: auth } }", "'credential' is a required property"),
-            ("upstreams: { u: { url: http://x, tls: { verify: false } } }", "'verify' was unexpected"),
+            ("upstreams: { u: { url: http://x, tls: { verify_depth: 2 } } }", "'verify_depth' was unexpected"),
             ("routes:\n  - { name: a, match: { path: /a, path_prefix: /a/ }, direct: { body: a } }", "routes/0/match"),
           ] as [(String, String)])
     func invalidFails(section: String, expected: String) async throws {

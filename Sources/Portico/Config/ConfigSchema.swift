@@ -160,6 +160,8 @@ public enum ConfigSchema {
         key("max_connections", .integer(1...Int.max), "Connection pool size; default 64."),
         key("idle_timeout", .duration(positive: true), "nio only: a pooled connection idle this long is closed; default 4s."),
         key("preserve_host", .boolean, "Send the client's Host instead of the upstream's; default false."),
+        key("host_header", .pattern("^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?$", note: "host[:port]"),
+            "Send this Host instead of the URL's authority (after header hygiene); not with preserve_host."),
         key("max_response_bytes", .size(), "Larger bodies become 502 upstream_response_too_large; default none on nio, 64MiB on urlsession."),
         key("tls", .section(clientTLS), "TLS to an https:// upstream (nio for any key)."),
     ])
@@ -171,6 +173,9 @@ public enum ConfigSchema {
         key("server_name", .hostName, "SNI and the name checked, instead of the URL's host."),
         key("min_version", words(TLSClientConfig.Version.self), "Default 1.2."),
         key("insecure_skip_verify", .boolean, "Accept any certificate (a warning at every load); default false."),
+        key("pin_sha256", .list(.pattern("^[A-Za-z0-9+/]{43}=$", note: "base64 of a 32-byte SHA-256 digest"), unique: true, nonEmpty: true),
+            "nio upstreams and token endpoints: the leaf's SubjectPublicKeyInfo SHA-256 (HPKP format) must match one."),
+        key("verify", words(TLSClientConfig.Verification.self), "full (default: chain, host name and pin) or pin_only (self-signed upstreams; needs pin_sha256)."),
     ])
 
     static let credentialTypes: [(type: String, section: Section)] = [
@@ -232,6 +237,10 @@ public enum ConfigSchema {
             required("credential", .reference(section: "credentials"), "A name under credentials:."),
             key("client_header", words(AuthConfig.ClientHeaderPolicy.self), "override (default) or keep_if_present."),
         ])),
+        ("headers", Section("Set, add and remove request headers before the upstream and response headers before the client.", [
+            key("request", .section(headerRules), "Rules applied to the request on its way to the upstream."),
+            key("response", .section(headerRules), "Rules applied to the response on its way to the client."),
+        ])),
         ("cache", Section("Shared HTTP cache (RFC 9111) in memory.", [
             key("max_bytes", .size(minimum: 1024), "All stored responses together; default 64MiB."),
             key("max_object_bytes", .size(), "Larger bodies pass through unstored; at most max_bytes; default 1MiB."),
@@ -278,6 +287,14 @@ public enum ConfigSchema {
             key("max_retry_after", .duration(), "A longer upstream Retry-After goes back to the client at once; default 5s."),
         ])),
     ]
+
+    /// Header values are templates read as written (no `${VAR}` interpolation): `${request_id}`,
+    /// `${client_ip}`, `${route}`, `${upstream}`, `${env:NAME}`, `$${` for a literal `${`.
+    static let headerRules = Section("remove, then set, then add; Host, Content-Length and hop-by-hop fields are refused.", [
+        key("remove", .list(.headerName, unique: true), "Drop every field of these names."),
+        key("set", .map(.text, keys: .headerName), "Replace every field of each name with this value template."),
+        key("add", .map(.text, keys: .headerName), "Append a field with this value template beside those already there."),
+    ])
 
     static let rateLimitKeyPart = Value.pattern("^(client_ip|route|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+)$", note: "client_ip, route or header:NAME")
 

@@ -30,12 +30,12 @@ struct ConfigSchemaDriftTests {
     func driftMessages() async throws {
         var expected = Self.expectedSections()
         expected["upstreams.*"]?.keys.remove("idle_timeout")
-        expected["upstreams.*"]?.keys.insert("endpoints")
+        expected["upstreams.*"]?.keys.insert("replicas")
         expected["routes[].direct.headers"]?.closed = true
         let reads = try Self.record(try await Self.fixture(), source: "fixture", baseDirectory: nil).map { ("fixture", $0) }
         #expect(Self.compare(reads, with: expected) == [
             "upstreams.*: key \"idle_timeout\" is read by the loader but missing from the schema (add it to ConfigSchema)",
-            "upstreams.*: key \"endpoints\" is in the schema but the loader never asks for it",
+            "upstreams.*: key \"replicas\" is in the schema but the loader never asks for it",
             "routes[].direct.headers: the schema refuses unknown keys here (additionalProperties: false) but the loader accepts any",
         ])
     }
@@ -181,6 +181,10 @@ struct ConfigSchemaDriftTests {
               gzip: { type: compress }
               limit: { type: rate_limit, rate: 10/s, store: fleet }
               retry: { type: retry, backoff: { base: 10ms, cap: 1s } }
+              stamp:
+                type: headers
+                request: { remove: [X-Debug], set: { X-Route: "${route}" }, add: { X-Seen-By: portico } }
+                response: { remove: [Server], set: { X-Request-ID: "${request_id}" }, add: { X-Via: portico } }
             defaults:
               middleware: [log]
             routes:
