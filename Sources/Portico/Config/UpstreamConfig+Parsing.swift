@@ -1,9 +1,15 @@
+import Foundation
+
 extension UpstreamConfig {
     /// `upstreams.NAME`; nil when `url` is missing or invalid (other problems are reported
     /// and the default kept, so one pass reports them all).
     static func parse(_ m: ConfigMapping, name: String) -> UpstreamConfig? {
-        let url = m.required("url")?.url(allowQuery: false)
-        var c = UpstreamConfig(name: name, url: url ?? .init(fileURLWithPath: "/"))
+        let endpoints = parseEndpoints(m)
+        let url = endpoints?.first
+        var c = UpstreamConfig(name: name, endpoints: endpoints ?? [.init(fileURLWithPath: "/")])
+        m.read("balance", into: &c.balance) { $0.choice(BalanceStrategy.self) }
+        m.read("outlier_detection", into: &c.outlierDetection) { $0.mapping().map(OutlierDetectionConfig.parse) }
+        c.circuitBreaker = m.value("circuit_breaker")?.mapping().map(CircuitBreakerConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
         m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
@@ -29,5 +35,78 @@ extension UpstreamConfig {
         }
         m.finish()
         return url == nil ? nil : c
+    }
+
+    /// `url:` (one endpoint) or `endpoints: [...]`: not both, not an empty list, one scheme and
+    /// one base path for all, each address once. `nil` when none is usable (reported).
+    private static func parseEndpoints(_ m: ConfigMapping) -> [URL]? {
+        guard let listNode = m.value("endpoints") else {
+            return m.required("url")?.url(allowQuery: false).map { [$0] }
+        }
+        if let urlNode = m.value("url") {
+            urlNode.error("give either url or endpoints, not both")
+            return nil
+        }
+        guard let items = listNode.list() else { return nil }
+        guard !items.isEmpty else {
+            listNode.error("lists no endpoint (an upstream needs at least one)")
+            return nil
+        }
+        guard items.count <= UpstreamConfig.maxEndpoints else {
+            listNode.error("lists \(items.count) endpoints; at most \(UpstreamConfig.maxEndpoints) are allowed")
+            return nil
+        }
+        var urls: [URL] = []
+        var failed = false
+        for item in items {
+            guard let url = item.url(allowQuery: false) else {
+                failed = true
+                continue
+            }
+            if let first = urls.first {
+                let target = UpstreamTarget(baseURL: url), firstTarget = UpstreamTarget(baseURL: first)
+                if url.scheme?.lowercased() != first.scheme?.lowercased() {
+                    item.error("mixed schemes: \(url.scheme ?? "") here, \(first.scheme ?? "") in endpoints[0]")
+                    failed = true
+                    continue
+                }
+                if target.basePath != firstTarget.basePath {
+                    item.error("base path \"\(target.basePath)\" differs from endpoints[0]'s \"\(firstTarget.basePath)\"")
+                    failed = true
+                    continue
+                }
+                if urls.contains(where: { UpstreamTarget(baseURL: $0).authority == target.authority }) {
+                    item.error("endpoint \(target.authority) is listed twice")
+                    failed = true
+                    continue
+                }
+            }
+            urls.append(url)
+        }
+        return failed || urls.isEmpty ? nil : urls
+    }
+}
+
+extension OutlierDetectionConfig {
+    /// `upstreams.NAME.outlier_detection`
+    static func parse(_ m: ConfigMapping) -> OutlierDetectionConfig {
+        var c = OutlierDetectionConfig()
+        m.read("consecutive_failures", into: &c.consecutiveFailures) { $0.int(in: 1...1000) }
+        m.read("base_ejection", into: &c.baseEjection) { $0.duration(positive: true) }
+        m.read("max_ejection", into: &c.maxEjection) { $0.percentage() }
+        m.read("failures", into: &c.failures) { $0.choice(Failures.self) }
+        m.finish()
+        return c
+    }
+}
+
+extension CircuitBreakerConfig {
+    /// `upstreams.NAME.circuit_breaker`
+    static func parse(_ m: ConfigMapping) -> CircuitBreakerConfig {
+        var c = CircuitBreakerConfig()
+        m.read("max_requests", into: &c.maxRequests) { $0.int(in: 1...1_000_000) }
+        m.read("max_pending", into: &c.maxPending) { $0.int(in: 0...1_000_000) }
+        m.finish()
+        return c
     }
 }

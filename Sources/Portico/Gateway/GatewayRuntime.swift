@@ -88,7 +88,7 @@ public final class GatewayRuntime: Sendable {
             // What `urlsession` reads whole of a streamed upload (it cannot stream one): the
             // listener's limit, and never more than 64 MiB held per request.
             upstream.maxRequestBodyBytes = min(config.listen.maxBodyBytes, UpstreamConfig.maxBufferedUpload)
-            upstreams[name] = makeUpstreamClient(upstream, logger: logger, loops: loops)
+            upstreams[name] = makeUpstreamClient(upstream, logger: logger, loops: loops, clock: clock)
             upstreamMetrics[name] = UpstreamMetrics(upstream: name)
         }
         var routes: [Route] = []

@@ -15,8 +15,21 @@ public protocol UpstreamClient: Sendable {
 }
 
 /// Builds the configured transport for an upstream. `loops`: the event loops the gateway's
-/// requests run on (`nio` keeps its connections per loop of these).
-public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared) -> any UpstreamClient {
+/// requests run on (`nio` keeps its connections per loop of these). Several endpoints or a
+/// circuit breaker make a `BalancedUpstream` over one transport client per endpoint; `clock`
+/// times its ejections.
+public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared,
+                               clock: any GatewayClock = SystemClock()) -> any UpstreamClient {
+    if config.endpoints.count > 1 || config.circuitBreaker != nil {
+        return BalancedUpstream(config: config, logger: logger, loops: loops, clock: clock) { endpoint in
+            makeTransportClient(endpoint, logger: logger, loops: loops)
+        }
+    }
+    return makeTransportClient(config, logger: logger, loops: loops)
+}
+
+/// The transport client of one endpoint (`config.url`).
+func makeTransportClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops) -> any UpstreamClient {
     switch config.transport {
     case .urlsession: URLSessionUpstream(config: config, logger: logger)
     case .nio: NIOUpstream(config: config, logger: logger, loops: loops)

@@ -1,0 +1,72 @@
+import Foundation
+import Synchronization
+
+/// One endpoint of an upstream: its transport client (with its own per-loop pool on `nio`) and
+/// its health and ejection record.
+///
+/// The record is atomics written only when something changes — a failure, an ejection, a health
+/// check's verdict, the first success after failures — and read per request by the balancer. A
+/// success on a healthy endpoint writes nothing (it loads the failure count and finds it zero), so
+/// the request path writes no word another core writes.
+///
+/// Instants are nanoseconds since the owning set's `origin` (on its injected clock): 0 means "never".
+public final class EndpointState: Sendable {
+    /// Health as the active checks last said.
+    public enum Health: Int, Sendable, CustomStringConvertible {
+        /// No check configured or none finished yet.
+        case unknown = 0
+        case healthy
+        case unhealthy
+
+        public var description: String {
+            switch self {
+            case .unknown: "unknown"
+            case .healthy: "healthy"
+            case .unhealthy: "unhealthy"
+            }
+        }
+    }
+
+    public let url: URL
+    /// `host:port`, as configured or resolved: its identity (with the upstream's name) across
+    /// reloads, and its metric label.
+    public let address: String
+    let client: any UpstreamClient
+    let metrics: EndpointMetrics
+
+    let consecutiveFailures = Atomic<Int>(0)
+    /// Ejected while the clock reads before this.
+    let ejectedUntil = Atomic<Int64>(0)
+    /// Ejections in a row (reset by a success after the last one): multiplies `base_ejection`.
+    /// While non-zero and not ejected, the endpoint is on probation: one failure ejects it again.
+    let ejectionsInARow = Atomic<Int>(0)
+    let ejectionReason = Atomic<UInt8>(0)
+    let ejectionsTotal = Atomic<Int>(0)
+    let lastFailure = Atomic<UInt8>(0)
+    let lastFailureAt = Atomic<Int64>(0)
+    let health = Atomic<Int>(Health.unknown.rawValue)
+    /// Checks in a row that agreed (passes while unhealthy or unknown, failures while healthy).
+    let healthStreak = Atomic<Int>(0)
+
+    init(url: URL, client: any UpstreamClient, metrics: EndpointMetrics) {
+        self.url = url
+        self.address = UpstreamTarget(baseURL: url).authority
+        self.client = client
+        self.metrics = metrics
+    }
+
+    var currentHealth: Health { Health(rawValue: health.load(ordering: .relaxed)) ?? .unknown }
+
+    func isEjected(at now: Int64) -> Bool {
+        ejectedUntil.load(ordering: .relaxed) > now
+    }
+
+    /// Takes traffic: not ejected, not failing its health check, and (when it could not be
+    /// ejected, the cap being reached) not failing `threshold` times in a row.
+    @inline(__always)
+    func isAvailable(at now: Int64, threshold: Int) -> Bool {
+        ejectedUntil.load(ordering: .relaxed) <= now
+            && health.load(ordering: .relaxed) != Health.unhealthy.rawValue
+            && consecutiveFailures.load(ordering: .relaxed) < threshold
+    }
+}
