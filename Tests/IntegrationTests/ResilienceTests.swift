@@ -194,4 +194,35 @@ struct ResilienceTests {
         await gateway.stop()
         await trio.stop()
     }
+
+    @Test("an endpoint that accepts connections and never answers is marked unhealthy by its check and gets no traffic",
+          arguments: UpstreamConfig.Transport.allCases)
+    func hangingEndpointUnhealthy(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[2].route("/api/item", .never)
+        trio.upstreams[2].route("/healthz", .never)
+        let clock = ManualClock()
+        let log = AccessLogCapture()
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            var check = HealthCheckConfig(path: "/healthz")
+            check.interval = .seconds(2)
+            check.timeout = .seconds(1)
+            check.unhealthy = 2
+            $0.healthCheck = check
+        }, logger: log.logger, clock: clock)
+        let upstream = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
+        try await Eventually.wait(timeout: .seconds(60), "the hanging endpoint marked unhealthy") {
+            clock.advance(by: .milliseconds(500))
+            return upstream.endpoints[2].currentHealth == .unhealthy
+        }
+        #expect(trio.upstreams[2].hits("/healthz") >= 2)
+        for _ in 0..<30 {
+            #expect(try await gateway.request("GET", "/api/item").status == 200)
+        }
+        #expect(trio.upstreams[2].hits("/api/item") == 0)
+        // Health checks are no requests: one access-log line per client request only.
+        #expect(log.records.count == 30)
+        await gateway.stop()
+        await trio.stop()
+    }
 }

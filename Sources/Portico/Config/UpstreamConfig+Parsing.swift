@@ -10,6 +10,7 @@ extension UpstreamConfig {
         m.read("balance", into: &c.balance) { $0.choice(BalanceStrategy.self) }
         m.read("outlier_detection", into: &c.outlierDetection) { $0.mapping().map(OutlierDetectionConfig.parse) }
         c.circuitBreaker = m.value("circuit_breaker")?.mapping().map(CircuitBreakerConfig.parse)
+        c.healthCheck = m.value("health_check")?.mapping().flatMap(HealthCheckConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
         m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
@@ -108,5 +109,45 @@ extension CircuitBreakerConfig {
         m.read("max_pending", into: &c.maxPending) { $0.int(in: 0...1_000_000) }
         m.finish()
         return c
+    }
+}
+
+extension HealthCheckConfig {
+    /// `upstreams.NAME.health_check`; nil without a usable `path`.
+    static func parse(_ m: ConfigMapping) -> HealthCheckConfig? {
+        var path: String?
+        if let node = m.required("path"), let text = node.nonEmptyString() {
+            if text.hasPrefix("/") && HTTPSyntax.urlProblem("http://x" + text, allowQuery: true) == nil {
+                path = text
+            } else {
+                node.error("expected an absolute path such as /healthz, got \(text.quotedForMessage)")
+            }
+        }
+        var c = HealthCheckConfig(path: path ?? "/")
+        m.read("interval", into: &c.interval) { $0.duration(positive: true) }
+        m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
+        m.read("healthy", into: &c.healthy) { $0.int(in: 1...100) }
+        m.read("unhealthy", into: &c.unhealthy) { $0.int(in: 1...100) }
+        m.read("expect", into: &c.expect) { $0.statusRange() }
+        if c.timeout > c.interval, let node = m.value("timeout") {
+            node.error("must not be longer than interval (\(c.interval))")
+        }
+        m.finish()
+        return path == nil ? nil : c
+    }
+}
+
+extension ConfigNode {
+    /// `200-399` or `200`: statuses between 100 and 599.
+    func statusRange() -> ClosedRange<Int>? {
+        guard let value = scalar(expected: "a status or a range such as 200-399") else { return nil }
+        let parts = value.text.split(separator: "-", omittingEmptySubsequences: false)
+            .map { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard (1...2).contains(parts.count), let low = parts.first ?? nil, let high = parts.last ?? nil,
+              (100...599).contains(low), (100...599).contains(high), low <= high else {
+            error("expected a status or a range of statuses such as 200-399 (100 to 599), got \(value.shown)")
+            return nil
+        }
+        return low...high
     }
 }

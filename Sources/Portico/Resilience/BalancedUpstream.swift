@@ -21,10 +21,9 @@ import Synchronization
 /// in a row (at most `OutlierDetectionConfig.maxEjectionMultiplier` times); once that has passed it
 /// takes traffic again on probation: one failure ejects it again at once, one success clears its
 /// record. An ejection that would leave no endpoint available, or eject more than `max_ejection`
-/// of them (rounded down), does not happen; such an endpoint still counts as down once it has
-/// failed `consecutive_failures` times, until a success.
+/// of them (rounded down), does not happen: such an endpoint stays in rotation, and counts as down.
 ///
-/// **All down.** When no endpoint is available (ejected, failing its health check, or failing),
+/// **All down.** When no endpoint is up (each is ejected, failing its health check, or failing),
 /// attempts are spread over all of them, and the first to answer well takes traffic again at
 /// once (its ejection is lifted). `portico_upstream_all_endpoints_down_total` counts such attempts
 /// and `/upstreams` says so.
@@ -52,6 +51,8 @@ public final class BalancedUpstream: UpstreamClient {
     private let ejections = Mutex(())
     private let threshold: Int
     private let allMask: UInt64
+    /// One per endpoint with `health_check`; cancelled at shutdown.
+    private let checks = Mutex<[Task<Void, Never>]>([])
 
     /// The breaker: one shared count, one limit (`min(max_requests, capacity + max_pending)`).
     private struct CircuitBreaker: Sendable {
@@ -100,6 +101,14 @@ public final class BalancedUpstream: UpstreamClient {
                                   limit: min(breaker.maxRequests, pendingLimit), maxRequests: breaker.maxRequests,
                                   maxPending: breaker.maxPending, limitIsPending: pendingLimit < breaker.maxRequests)
         }
+        if let healthCheck = config.healthCheck {
+            let tasks = endpoints.map { endpoint in
+                let check = EndpointHealthCheck(endpoint: endpoint, config: healthCheck, upstream: config.name,
+                                                clock: clock, logger: logger)
+                return Task { await check.run() }
+            }
+            checks.withLock { $0 = tasks }
+        }
     }
 
     nonisolated(nonsending) public func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
@@ -139,6 +148,12 @@ public final class BalancedUpstream: UpstreamClient {
     }
 
     public func shutdown() async {
+        let tasks = checks.withLock { tasks in
+            defer { tasks = [] }
+            return tasks
+        }
+        for task in tasks { task.cancel() }
+        for task in tasks { await task.value }
         for endpoint in endpoints {
             await endpoint.client.shutdown()
         }
@@ -157,14 +172,18 @@ public final class BalancedUpstream: UpstreamClient {
         var allDown: Bool
     }
 
-    /// The endpoint for one attempt, by `config.balance`, among the available ones other than
-    /// `avoiding` (the one whose attempt just failed) when there are any; among all when none is.
+    /// The endpoint for one attempt, by `config.balance`, among the usable ones (not ejected, not
+    /// failing their health check) other than `avoiding` (the one whose attempt just failed) when
+    /// there are any; among all when none is up (usable and not failing `consecutive_failures`
+    /// times in a row: the cap may keep a failing endpoint in rotation).
     func pick(now: Int64, avoiding: Int?, row: LoopSlots) -> Pick {
         var mask: UInt64 = 0
-        for (index, endpoint) in endpoints.enumerated() where endpoint.isAvailable(at: now, threshold: threshold) {
+        var up = false
+        for (index, endpoint) in endpoints.enumerated() where endpoint.isUsable(at: now) {
             mask |= UInt64(1) << UInt64(index)
+            if !up { up = endpoint.consecutiveFailures.load(ordering: .relaxed) < threshold }
         }
-        let allDown = mask == 0
+        let allDown = !up
         if allDown { mask = allMask }
         if let avoiding {
             let others = mask & ~(UInt64(1) << UInt64(avoiding))
@@ -246,7 +265,7 @@ public final class BalancedUpstream: UpstreamClient {
             for other in endpoints {
                 if other.isEjected(at: now) {
                     ejectedNow += 1
-                } else if other !== endpoint && other.isAvailable(at: now, threshold: threshold) {
+                } else if other !== endpoint && other.isUp(at: now, threshold: threshold) {
                     availableOthers += 1
                 }
             }

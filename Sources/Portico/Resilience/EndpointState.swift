@@ -55,18 +55,22 @@ public final class EndpointState: Sendable {
         self.metrics = metrics
     }
 
-    var currentHealth: Health { Health(rawValue: health.load(ordering: .relaxed)) ?? .unknown }
+    public var currentHealth: Health { Health(rawValue: health.load(ordering: .relaxed)) ?? .unknown }
 
     func isEjected(at now: Int64) -> Bool {
         ejectedUntil.load(ordering: .relaxed) > now
     }
 
-    /// Takes traffic: not ejected, not failing its health check, and (when it could not be
-    /// ejected, the cap being reached) not failing `threshold` times in a row.
+    /// Takes traffic: not ejected and not failing its health check.
     @inline(__always)
-    func isAvailable(at now: Int64, threshold: Int) -> Bool {
-        ejectedUntil.load(ordering: .relaxed) <= now
-            && health.load(ordering: .relaxed) != Health.unhealthy.rawValue
-            && consecutiveFailures.load(ordering: .relaxed) < threshold
+    func isUsable(at now: Int64) -> Bool {
+        ejectedUntil.load(ordering: .relaxed) <= now && health.load(ordering: .relaxed) != Health.unhealthy.rawValue
+    }
+
+    /// Usable and not failing `threshold` times in a row (one the ejection cap kept in rotation
+    /// is usable, not up): while none is up, every endpoint is tried.
+    @inline(__always)
+    func isUp(at now: Int64, threshold: Int) -> Bool {
+        isUsable(at: now) && consecutiveFailures.load(ordering: .relaxed) < threshold
     }
 }

@@ -43,3 +43,23 @@ public struct CircuitBreakerConfig: Sendable, Equatable {
 
     public init() {}
 }
+
+/// `upstreams.NAME.health_check`: a request to each endpoint every `interval`, whatever the
+/// traffic, off the request path (never counted as a request).
+public struct HealthCheckConfig: Sendable, Equatable {
+    /// The path requested (`GET`), with the upstream's base path before it.
+    public var path: String
+    public var interval: Duration = .seconds(5)
+    /// A check not answered within this fails.
+    public var timeout: Duration = .seconds(1)
+    /// Passes in a row that make an endpoint healthy again.
+    public var healthy: Int = 2
+    /// Failures in a row that make it unhealthy (it then gets no traffic).
+    public var unhealthy: Int = 3
+    /// Statuses that pass.
+    public var expect: ClosedRange<Int> = 200...399
+
+    public init(path: String) {
+        self.path = path
+    }
+}

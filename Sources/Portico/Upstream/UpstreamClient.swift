@@ -15,12 +15,12 @@ public protocol UpstreamClient: Sendable {
 }
 
 /// Builds the configured transport for an upstream. `loops`: the event loops the gateway's
-/// requests run on (`nio` keeps its connections per loop of these). Several endpoints or a
-/// circuit breaker make a `BalancedUpstream` over one transport client per endpoint; `clock`
+/// requests run on (`nio` keeps its connections per loop of these). Several endpoints, a
+/// circuit breaker or health checks make a `BalancedUpstream` over one transport client per endpoint; `clock`
 /// times its ejections.
 public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared,
                                clock: any GatewayClock = SystemClock()) -> any UpstreamClient {
-    if config.endpoints.count > 1 || config.circuitBreaker != nil {
+    if config.endpoints.count > 1 || config.circuitBreaker != nil || config.healthCheck != nil {
         return BalancedUpstream(config: config, logger: logger, loops: loops, clock: clock) { endpoint in
             makeTransportClient(endpoint, logger: logger, loops: loops)
         }

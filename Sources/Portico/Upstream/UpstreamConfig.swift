@@ -20,6 +20,8 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var outlierDetection = OutlierDetectionConfig()
     /// `nil`: no breaker (requests wait for a connection up to `connect_timeout`).
     public var circuitBreaker: CircuitBreakerConfig?
+    /// `nil`: no active checks (ejection alone judges an endpoint).
+    public var healthCheck: HealthCheckConfig?
     public var transport: Transport = .urlsession
     public var connectTimeout: Duration = .seconds(2)
     /// One exchange with the upstream (the request deadline may cut it shorter).

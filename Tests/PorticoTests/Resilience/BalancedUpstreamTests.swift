@@ -370,3 +370,73 @@ struct BalancedUpstreamTests {
         await held.value
     }
 }
+
+@Suite("Resilience: active health checks")
+struct HealthCheckTests {
+    @Test("failing checks make an endpoint unhealthy (no traffic); passing ones make it healthy again; checks are no requests")
+    func unhealthyThenHealthy() async throws {
+        let scripted = ScriptedEndpoints()
+        let clock = ManualClock()
+        let upstream = BalancedUpstreamTests.make(scripted, clock: clock) {
+            var check = HealthCheckConfig(path: "/healthz")
+            check.interval = .seconds(5)
+            check.unhealthy = 2
+            check.healthy = 2
+            $0.healthCheck = check
+        }
+        scripted.script(BalancedUpstreamTests.addresses[0], .status(500))
+        try await Eventually.wait("endpoint 0 unhealthy") {
+            clock.advance(by: .seconds(1))
+            return upstream.endpoints[0].currentHealth == .unhealthy
+        }
+        #expect(upstream.endpoints[1].currentHealth == .healthy)
+        // Checks ran, yet no request went through the balancer.
+        #expect(upstream.endpoints.allSatisfy { upstream.inFlight(upstream.endpoints.firstIndex(of: $0)!) == 0 })
+        scripted.resetCalls()
+        await BalancedUpstreamTests.send(upstream, clock, count: 20)
+        #expect(scripted.calls(BalancedUpstreamTests.addresses[0]) == 0)
+        scripted.script(BalancedUpstreamTests.addresses[0], .status(204))
+        try await Eventually.wait("endpoint 0 healthy") {
+            clock.advance(by: .seconds(1))
+            return upstream.endpoints[0].currentHealth == .healthy
+        }
+        scripted.resetCalls()
+        await BalancedUpstreamTests.send(upstream, clock, count: 30)
+        #expect(scripted.calls(BalancedUpstreamTests.addresses[0]) >= 5)
+        await upstream.shutdown()
+    }
+
+    @Test("health_check parses; check refuses a bad path, range and timeout")
+    func config() throws {
+        let config = try load("""
+            upstreams:
+              u:
+                endpoints: ["http://x:1", "http://y:1"]
+                health_check: { path: /healthz, interval: 10s, timeout: 2s, healthy: 1, unhealthy: 4, expect: 200-299 }
+            \(minimalRoute)
+            """)
+        let check = try #require(config.upstreams["u"]?.healthCheck)
+        #expect(check.path == "/healthz")
+        #expect(check.interval == .seconds(10))
+        #expect(check.timeout == .seconds(2))
+        #expect(check.healthy == 1)
+        #expect(check.unhealthy == 4)
+        #expect(check.expect == 200...299)
+        #expect(diagnostics("""
+            upstreams:
+              u:
+                url: "http://x:1"
+                health_check: { path: healthz, interval: 1s, timeout: 2s, healthy: 0, expect: 300-200 }
+            \(minimalRoute)
+            """) == [
+            #"portico.yaml:4 upstreams.u.health_check.path: expected an absolute path such as /healthz, got "healthz""#,
+            "portico.yaml:4 upstreams.u.health_check.healthy: must be between 1 and 100, got 0",
+            #"portico.yaml:4 upstreams.u.health_check.expect: expected a status or a range of statuses such as 200-399 (100 to 599), got "300-200""#,
+            "portico.yaml:4 upstreams.u.health_check.timeout: must not be longer than interval (1.0 seconds)",
+        ])
+    }
+}
+
+extension EndpointState: Equatable {
+    public static func == (lhs: EndpointState, rhs: EndpointState) -> Bool { lhs === rhs }
+}
