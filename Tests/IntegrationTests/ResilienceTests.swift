@@ -211,17 +211,65 @@ struct ResilienceTests {
             $0.healthCheck = check
         }, logger: log.logger, clock: clock)
         let upstream = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
-        try await Eventually.wait(timeout: .seconds(60), "the hanging endpoint marked unhealthy") {
-            clock.advance(by: .milliseconds(500))
-            return upstream.endpoints[2].currentHealth == .unhealthy
+        // Round by round: the checks start (interval), the healthy endpoints' answers are in,
+        // then the hanging one's deadline passes (timeout). The clock never outruns an answer.
+        for round in 1...2 {
+            try await Eventually.wait("three checks waiting") { clock.sleeperCount == 3 }
+            clock.advance(by: .seconds(2))
+            try await Eventually.wait(timeout: .seconds(60), "round \(round): answered checks and the hanging one sent") {
+                upstream.endpoints[0].healthChecksDone == round && upstream.endpoints[1].healthChecksDone == round
+                    && trio.upstreams[2].hits("/healthz") == round
+            }
+            try await Eventually.wait("two checks waiting, one hanging") { clock.sleeperCount == 3 }
+            clock.advance(by: .seconds(1))
+            try await Eventually.wait(timeout: .seconds(60), "round \(round): the hanging check timed out") {
+                upstream.endpoints[2].healthChecksDone == round
+            }
         }
-        #expect(trio.upstreams[2].hits("/healthz") >= 2)
+        #expect(upstream.endpoints.map(\.currentHealth) == [.healthy, .healthy, .unhealthy])
         for _ in 0..<30 {
             #expect(try await gateway.request("GET", "/api/item").status == 200)
         }
         #expect(trio.upstreams[2].hits("/api/item") == 0)
         // Health checks are no requests: one access-log line per client request only.
         #expect(log.records.count == 30)
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("GET /upstreams on the admin listener: each endpoint's address, state, ejection until when and why, last failure")
+    func adminUpstreams() async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: .nio) {
+            var breaker = CircuitBreakerConfig()
+            breaker.maxRequests = 50
+            $0.circuitBreaker = breaker
+        })
+        let admin = AdminServer(config: { var admin = AdminConfig(); admin.port = 0; return admin }(), gateway: gateway.server,
+                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), metricsText: { [] })
+        try admin.start()
+        for _ in 0..<20 { _ = try await gateway.request("GET", "/api/item") }
+        let connection = try RawHTTPConnection(port: Int(admin.port))
+        try await connection.send("GET /upstreams HTTP/1.1\r\nHost: admin\r\n\r\n")
+        let response = try #require(try await connection.readResponse())
+        #expect(response.status == 200)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+        let upstreams = try #require(json["upstreams"] as? [[String: Any]])
+        let app = try #require(upstreams.first { $0["name"] as? String == "app" })
+        #expect(app["all_down"] as? Bool == false)
+        #expect((app["circuit_breaker"] as? [String: Any])?["max_requests"] as? Int == 50)
+        let endpoints = try #require(app["endpoints"] as? [[String: Any]])
+        #expect(endpoints.compactMap { $0["address"] as? String } == trio.upstreams.map { "\($0.host):\($0.port)" })
+        #expect(endpoints.map { $0["state"] as? String } == ["up", "ejected", "up"])
+        let ejected = endpoints[1]
+        #expect(ejected["ejection_reason"] as? String == "gateway_status")
+        #expect((ejected["ejected_until"] as? String)?.hasSuffix("Z") == true)
+        #expect((ejected["last_failure"] as? [String: Any])?["kind"] as? String == "gateway_status")
+        #expect(ejected["ejections"] as? Int == 1)
+        #expect(endpoints[0]["in_flight"] as? Int == 0)
+        #expect(endpoints[0]["last_failure"] == nil)
+        await admin.stop()
         await gateway.stop()
         await trio.stop()
     }

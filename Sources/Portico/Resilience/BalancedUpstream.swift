@@ -159,6 +159,9 @@ public final class BalancedUpstream: UpstreamClient {
         }
     }
 
+    /// Requests the breaker counts now (`nil` without one).
+    var breakerInFlight: Int? { breaker.map { max(0, $0.inFlight.current) } }
+
     /// Requests in flight on endpoint `index`, over every loop (for reports: loads only).
     public func inFlight(_ index: Int) -> Int {
         max(0, rows.reduce(0) { $0 + $1.load(index) })

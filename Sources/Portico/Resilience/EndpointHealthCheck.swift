@@ -28,6 +28,7 @@ struct EndpointHealthCheck: Sendable {
             let passed = await probe()
             if Task.isCancelled { return }
             record(passed)
+            endpoint.healthChecks.wrappingAdd(1, ordering: .relaxed)
         }
     }
 

@@ -47,6 +47,11 @@ public final class EndpointState: Sendable {
     let health = Atomic<Int>(Health.unknown.rawValue)
     /// Checks in a row that agreed (passes while unhealthy or unknown, failures while healthy).
     let healthStreak = Atomic<Int>(0)
+    /// Health checks finished (written by the endpoint's one check task).
+    let healthChecks = Atomic<Int>(0)
+
+    /// Health checks finished so far.
+    public var healthChecksDone: Int { healthChecks.load(ordering: .relaxed) }
 
     init(url: URL, client: any UpstreamClient, metrics: EndpointMetrics) {
         self.url = url

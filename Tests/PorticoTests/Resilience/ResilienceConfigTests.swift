@@ -1,5 +1,6 @@
 import Foundation
 @testable import Portico
+import Logging
 import Testing
 
 /// Issue #34: `endpoints`, `balance`, `outlier_detection`, `circuit_breaker` on an upstream.
@@ -75,5 +76,23 @@ struct ResilienceConfigTests {
             "portico.yaml:6 upstreams.u.circuit_breaker.max_requests: must be between 1 and 1000000, got 0",
             "portico.yaml:6 upstreams.u.circuit_breaker.max_pending: must be between 0 and 1000000, got -1",
         ])
+    }
+}
+
+@Suite("Resilience: explain names the endpoints")
+struct ResilienceExplainTests {
+    @Test("portico explain lists the upstream's endpoints and its balance")
+    func explainNamesEndpoints() async throws {
+        let runtime = try GatewayRuntime(config: try load("""
+            upstreams:
+              orders: { endpoints: ["http://10.0.0.1:8080", "http://10.0.0.2:8080"], balance: random }
+            routes:
+              - { name: orders, match: { path_prefix: /orders/ }, upstream: orders }
+            """), logger: .init(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let explanation = try Explanation(method: "GET", url: "http://x/orders/1", headers: [], runtime: runtime)
+        #expect(explanation.upstreamEndpoints == ["10.0.0.1:8080", "10.0.0.2:8080"])
+        #expect(explanation.balance == "random")
+        #expect(explanation.text.contains("  endpoints (random): 10.0.0.1:8080, 10.0.0.2:8080"))
+        await runtime.shutdown()
     }
 }
