@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Logging
 import LockAudit
+import Metrics
 import Synchronization
 
 /// An upstream over several endpoints (issue #34): picks one per attempt, counts each
@@ -69,14 +70,14 @@ public final class BalancedUpstream: UpstreamClient {
     private var randomSlot: Int { endpoints.count + 1 }
 
     init(config: UpstreamConfig, logger: Logger, loops: EventLoops, clock: any GatewayClock,
-         makeClient: (UpstreamConfig) -> any UpstreamClient) {
+         metricsFactory: any MetricsFactory = MetricsSystem.factory, makeClient: (UpstreamConfig) -> any UpstreamClient) {
         precondition(!config.endpoints.isEmpty && config.endpoints.count <= UpstreamConfig.maxEndpoints)
         self.config = config
         self.clock = clock
         self.origin = clock.now
         self.loops = loops
         self.logger = logger
-        self.metrics = BalancedUpstreamMetrics(upstream: config.name)
+        self.metrics = BalancedUpstreamMetrics(upstream: config.name, factory: metricsFactory)
         self.threshold = config.outlierDetection.consecutiveFailures
         self.endpoints = config.endpoints.map { url in
             var own = config
@@ -85,7 +86,7 @@ public final class BalancedUpstream: UpstreamClient {
             own.circuitBreaker = nil
             let address = UpstreamTarget(baseURL: url).authority
             return EndpointState(url: url, client: makeClient(own),
-                                 metrics: EndpointMetrics(upstream: config.name, endpoint: address))
+                                 metrics: EndpointMetrics(upstream: config.name, endpoint: address, factory: metricsFactory))
         }
         let count = config.endpoints.count
         allMask = count == 64 ? .max : (UInt64(1) << UInt64(count)) - 1

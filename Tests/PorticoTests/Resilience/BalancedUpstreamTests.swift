@@ -67,6 +67,7 @@ struct BalancedUpstreamTests {
     static let addresses = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
 
     static func make(_ scripted: ScriptedEndpoints, count: Int = 3, clock: ManualClock = ManualClock(),
+                     metrics: RecordingMetrics = RecordingMetrics(),
                      configure: (inout UpstreamConfig) -> Void = { _ in }) -> BalancedUpstream {
         var config = UpstreamConfig(name: "orders", endpoints: addresses.prefix(count).map { URL(string: "http://\($0)")! })
         config.outlierDetection.consecutiveFailures = 3
@@ -74,7 +75,7 @@ struct BalancedUpstreamTests {
         config.outlierDetection.maxEjection = 1
         configure(&config)
         return BalancedUpstream(config: config, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-                                loops: .shared, clock: clock, makeClient: scripted.client)
+                                loops: .shared, clock: clock, metricsFactory: metrics, makeClient: scripted.client)
     }
 
     static func context(_ clock: ManualClock, stats: RequestStats = RequestStats()) -> RequestContext {
@@ -371,13 +372,64 @@ struct BalancedUpstreamTests {
     }
 }
 
+@Suite("Resilience: metrics")
+struct ResilienceMetricsTests {
+    @Test("per endpoint: requests, failures by kind, ejections, ejected; per upstream: breaker refusals, all-down attempts")
+    func counted() async throws {
+        let scripted = ScriptedEndpoints()
+        let clock = ManualClock()
+        let metrics = RecordingMetrics()
+        let upstream = BalancedUpstreamTests.make(scripted, count: 2, clock: clock, metrics: metrics) {
+            var breaker = CircuitBreakerConfig()
+            breaker.maxRequests = 1
+            $0.circuitBreaker = breaker
+        }
+        let (a, b) = (BalancedUpstreamTests.addresses[0], BalancedUpstreamTests.addresses[1])
+        func value(_ label: String, _ endpoint: String, _ extra: [(String, String)] = []) -> Int64 {
+            metrics.value(label, [("upstream", "orders"), ("endpoint", endpoint)] + extra)
+        }
+        scripted.script(a, .status(503))
+        await BalancedUpstreamTests.send(upstream, clock, count: 10)
+        #expect(value("portico_upstream_endpoint_requests_total", a) == 3)
+        #expect(value("portico_upstream_endpoint_requests_total", b) == 7)
+        #expect(value("portico_upstream_endpoint_failures_total", a, [("kind", "gateway_status")]) == 3)
+        #expect(value("portico_upstream_endpoint_failures_total", b, [("kind", "gateway_status")]) == 0)
+        #expect(value("portico_upstream_endpoint_ejections_total", a) == 1)
+        #expect(value("portico_upstream_endpoint_ejected", a) == 1)
+        #expect(value("portico_upstream_endpoint_healthy", a) == -1)
+
+        // b fails too but the cap keeps it: all down, attempts spread over both.
+        scripted.script(b, .error(.upstreamConnectionClosed))
+        await BalancedUpstreamTests.send(upstream, clock, count: 10)
+        let resets = value("portico_upstream_endpoint_failures_total", b, [("kind", "reset")])
+        let allDown = metrics.value("portico_upstream_all_endpoints_down_total", [("upstream", "orders")])
+        #expect(resets >= 3)
+        #expect(allDown == 10 - 3)
+        #expect(value("portico_upstream_endpoint_requests_total", a) + value("portico_upstream_endpoint_requests_total", b) == 20)
+        #expect(value("portico_upstream_endpoint_ejections_total", b) == 0)
+
+        // Every refusal of the breaker counts.
+        let gate = AsyncGate()
+        scripted.script(a, .held(gate))
+        scripted.script(b, .held(gate))
+        let held = Task { _ = try? await upstream.send(Fixture.request(), context: BalancedUpstreamTests.context(clock)) }
+        try await Eventually.wait("one request in flight") { upstream.breakerInFlight == 1 }
+        await BalancedUpstreamTests.send(upstream, clock, count: 4)
+        #expect(metrics.value("portico_upstream_overloaded_total", [("upstream", "orders"), ("reason", "max_requests")]) == 4)
+        gate.open()
+        await held.value
+    }
+}
+
 @Suite("Resilience: active health checks")
 struct HealthCheckTests {
     @Test("failing checks make an endpoint unhealthy (no traffic); passing ones make it healthy again; checks are no requests")
     func unhealthyThenHealthy() async throws {
         let scripted = ScriptedEndpoints()
         let clock = ManualClock()
-        let upstream = BalancedUpstreamTests.make(scripted, clock: clock) {
+        let metrics = RecordingMetrics()
+        let healthGauge = [("upstream", "orders"), ("endpoint", BalancedUpstreamTests.addresses[0])]
+        let upstream = BalancedUpstreamTests.make(scripted, clock: clock, metrics: metrics) {
             var check = HealthCheckConfig(path: "/healthz")
             check.interval = .seconds(5)
             check.unhealthy = 2
@@ -390,6 +442,7 @@ struct HealthCheckTests {
             return upstream.endpoints[0].currentHealth == .unhealthy
         }
         #expect(upstream.endpoints[1].currentHealth == .healthy)
+        #expect(metrics.value("portico_upstream_endpoint_healthy", healthGauge) == 0)
         // Checks ran, yet no request went through the balancer.
         #expect(upstream.endpoints.allSatisfy { upstream.inFlight(upstream.endpoints.firstIndex(of: $0)!) == 0 })
         scripted.resetCalls()
@@ -400,6 +453,7 @@ struct HealthCheckTests {
             clock.advance(by: .seconds(1))
             return upstream.endpoints[0].currentHealth == .healthy
         }
+        #expect(metrics.value("portico_upstream_endpoint_healthy", healthGauge) == 1)
         scripted.resetCalls()
         await BalancedUpstreamTests.send(upstream, clock, count: 30)
         #expect(scripted.calls(BalancedUpstreamTests.addresses[0]) >= 5)
