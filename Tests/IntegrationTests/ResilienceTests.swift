@@ -273,4 +273,53 @@ struct ResilienceTests {
         await gateway.stop()
         await trio.stop()
     }
+
+    @Test("a reload under load loses no request and keeps ejection state; an unchanged upstream keeps its very client",
+          arguments: UpstreamConfig.Transport.allCases)
+    func reloadKeepsState(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            $0.outlierDetection.maxEjection = 1
+            $0.outlierDetection.baseEjection = .seconds(600)
+        })
+        for _ in 0..<20 { _ = try await gateway.request("GET", "/api/item") }
+        let before = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
+        #expect(UpstreamReport(gateway.server.gateway.current).upstreams[0].endpoints.map(\.state) == ["up", "ejected", "up"])
+
+        // Unchanged: the same client (pools, records, health) serves on.
+        try gateway.server.reload(gateway.server.config)
+        #expect(gateway.server.gateway.current.upstreams["app"] as AnyObject === before)
+
+        // Changed (balance) under load: a new upstream over the same endpoints' records and clients.
+        let statuses = Shared<[Int: Int]>([:])
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    for _ in 0..<60 {
+                        let status = try await gateway.request("GET", "/api/item").status
+                        statuses.update { $0[status, default: 0] += 1 }
+                    }
+                }
+            }
+            group.addTask {
+                for balance in [BalanceStrategy.random, .leastRequest, .roundRobin] {
+                    try await Eventually.wait("traffic between reloads") { statuses.current.values.reduce(0, +) >= 30 }
+                    var config = gateway.server.config
+                    config.upstreams["app"]?.balance = balance
+                    try gateway.server.reload(config)
+                    statuses.update { $0 = $0.mapValues { _ in 0 } }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(Set(statuses.current.keys) == [200])
+        let after = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
+        #expect(after !== before)
+        #expect(zip(after.endpoints, before.endpoints).allSatisfy { $0 === $1 })
+        #expect(UpstreamReport(gateway.server.gateway.current).upstreams[0].endpoints.map(\.state) == ["up", "ejected", "up"])
+        #expect(trio.upstreams[1].hits("/api/item") == 3)
+        await gateway.stop()
+        await trio.stop()
+    }
 }

@@ -52,8 +52,10 @@ public final class BalancedUpstream: UpstreamClient {
     private let ejections = Mutex(())
     private let threshold: Int
     private let allMask: UInt64
-    /// One per endpoint with `health_check`; cancelled at shutdown.
+    /// One per endpoint with `health_check`; cancelled at shutdown or when a successor takes over.
     private let checks = Mutex<[Task<Void, Never>]>([])
+    /// Addresses of endpoints a successor took over at a reload.
+    private let handedOver = Mutex<Set<String>>([])
 
     /// The breaker: one shared count, one limit (`min(max_requests, capacity + max_pending)`).
     private struct CircuitBreaker: Sendable {
@@ -69,25 +71,37 @@ public final class BalancedUpstream: UpstreamClient {
     private var turnSlot: Int { endpoints.count }
     private var randomSlot: Int { endpoints.count + 1 }
 
+    /// `previous`: the upstream of the same name this one replaces at a reload. Each endpoint of
+    /// both, at the same address with the same transport settings, is taken over whole — its
+    /// client (and pool) and its record (failures, ejection, health) — and `previous` no longer
+    /// checks its health nor shuts its client down.
     init(config: UpstreamConfig, logger: Logger, loops: EventLoops, clock: any GatewayClock,
-         metricsFactory: any MetricsFactory = MetricsSystem.factory, makeClient: (UpstreamConfig) -> any UpstreamClient) {
+         metricsFactory: any MetricsFactory = MetricsSystem.factory, previous: BalancedUpstream? = nil,
+         makeClient: (UpstreamConfig) -> any UpstreamClient) {
         precondition(!config.endpoints.isEmpty && config.endpoints.count <= UpstreamConfig.maxEndpoints)
         self.config = config
         self.clock = clock
-        self.origin = clock.now
+        // Records taken over count their instants from the same origin.
+        self.origin = previous?.origin ?? clock.now
         self.loops = loops
         self.logger = logger
         self.metrics = BalancedUpstreamMetrics(upstream: config.name, factory: metricsFactory)
         self.threshold = config.outlierDetection.consecutiveFailures
+        let reusable = previous.map { previous in
+            Dictionary(previous.endpoints.map { ($0.address, $0) }, uniquingKeysWith: { first, _ in first })
+        } ?? [:]
+        var takenOver: Set<String> = []
         self.endpoints = config.endpoints.map { url in
-            var own = config
-            own.url = url
-            own.endpoints = [url]
-            own.circuitBreaker = nil
+            let own = Self.endpointConfig(config, url: url)
             let address = UpstreamTarget(baseURL: url).authority
-            return EndpointState(url: url, client: makeClient(own),
+            if let kept = reusable[address], kept.config == own {
+                takenOver.insert(address)
+                return kept
+            }
+            return EndpointState(url: url, config: own, client: makeClient(own),
                                  metrics: EndpointMetrics(upstream: config.name, endpoint: address, factory: metricsFactory))
         }
+        previous?.handOver(takenOver)
         let count = config.endpoints.count
         allMask = count == 64 ? .max : (UInt64(1) << UInt64(count)) - 1
         rows = (0...loops.count).map { _ in
@@ -149,15 +163,44 @@ public final class BalancedUpstream: UpstreamClient {
     }
 
     public func shutdown() async {
+        await stopHealthChecks()
+        let kept = handedOver.withLock { $0 }
+        for endpoint in endpoints where !kept.contains(endpoint.address) {
+            await endpoint.client.shutdown()
+        }
+    }
+
+    private func stopHealthChecks() async {
         let tasks = checks.withLock { tasks in
             defer { tasks = [] }
             return tasks
         }
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
-        for endpoint in endpoints {
-            await endpoint.client.shutdown()
+    }
+
+    /// A successor took these endpoints over: their health is its to check, their clients its to
+    /// shut down. This upstream only finishes the exchanges it has in flight.
+    private func handOver(_ addresses: Set<String>) {
+        handedOver.withLock { $0.formUnion(addresses) }
+        let tasks = checks.withLock { tasks in
+            defer { tasks = [] }
+            return tasks
         }
+        for task in tasks { task.cancel() }
+    }
+
+    /// One endpoint's transport settings: the upstream's, at `url`, without what only the
+    /// balancer reads (so a change of those keeps the endpoint's client and record at a reload).
+    static func endpointConfig(_ config: UpstreamConfig, url: URL) -> UpstreamConfig {
+        var own = config
+        own.url = url
+        own.endpoints = [url]
+        own.circuitBreaker = nil
+        own.healthCheck = nil
+        own.balance = .roundRobin
+        own.outlierDetection = OutlierDetectionConfig()
+        return own
     }
 
     /// Requests the breaker counts now (`nil` without one).

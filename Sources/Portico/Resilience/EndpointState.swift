@@ -31,6 +31,9 @@ public final class EndpointState: Sendable {
     /// `host:port`, as configured or resolved: its identity (with the upstream's name) across
     /// reloads, and its metric label.
     public let address: String
+    /// Its transport settings (`BalancedUpstream.endpointConfig`): a reload keeps the endpoint
+    /// (client, pool and record) while they stay the same.
+    let config: UpstreamConfig
     let client: any UpstreamClient
     let metrics: EndpointMetrics
 
@@ -53,8 +56,9 @@ public final class EndpointState: Sendable {
     /// Health checks finished so far.
     public var healthChecksDone: Int { healthChecks.load(ordering: .relaxed) }
 
-    init(url: URL, client: any UpstreamClient, metrics: EndpointMetrics) {
+    init(url: URL, config: UpstreamConfig, client: any UpstreamClient, metrics: EndpointMetrics) {
         self.url = url
+        self.config = config
         self.address = UpstreamTarget(baseURL: url).authority
         self.client = client
         self.metrics = metrics

@@ -18,10 +18,13 @@ public protocol UpstreamClient: Sendable {
 /// requests run on (`nio` keeps its connections per loop of these). Several endpoints, a
 /// circuit breaker or health checks make a `BalancedUpstream` over one transport client per endpoint; `clock`
 /// times its ejections.
+/// `previous`: the client this one replaces at a reload; a `BalancedUpstream` hands over the
+/// records and clients of its unchanged endpoints.
 public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared,
-                               clock: any GatewayClock = SystemClock()) -> any UpstreamClient {
+                               clock: any GatewayClock = SystemClock(), previous: (any UpstreamClient)? = nil) -> any UpstreamClient {
     if config.endpoints.count > 1 || config.circuitBreaker != nil || config.healthCheck != nil {
-        return BalancedUpstream(config: config, logger: logger, loops: loops, clock: clock) { endpoint in
+        return BalancedUpstream(config: config, logger: logger, loops: loops, clock: clock,
+                                previous: previous as? BalancedUpstream) { endpoint in
             makeTransportClient(endpoint, logger: logger, loops: loops)
         }
     }
