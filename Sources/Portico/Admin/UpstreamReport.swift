@@ -98,7 +98,8 @@ extension BalancedUpstream {
         }
         let threshold = config.outlierDetection.consecutiveFailures
         var anyUp = false
-        let endpoints = endpoints.enumerated().map { index, endpoint in
+        let set = currentSet()
+        let endpoints = zip(set.endpoints, set.columns).map { endpoint, index in
             let ejected = endpoint.isEjected(at: now)
             let health = endpoint.currentHealth
             let failures = endpoint.consecutiveFailures.load(ordering: .relaxed)

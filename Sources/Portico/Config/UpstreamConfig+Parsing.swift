@@ -22,6 +22,17 @@ extension UpstreamConfig {
                 c.idleTimeout = timeout
             }
         }
+        if let node = m.value("dns_refresh"), let refresh = node.duration(positive: true) {
+            if m.value("endpoints") != nil {
+                node.error("applies to url: with a host name, not to endpoints")
+            } else if let url, url.host.map(SystemResolver.isAddressLiteral) ?? true {
+                node.error("applies to url: with a host name, not an address")
+            } else if c.transport != .nio {
+                node.error("needs transport: nio (the urlsession transport resolves the name itself, per connection)")
+            } else {
+                c.dnsRefresh = refresh
+            }
+        }
         m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
         m.read("max_response_bytes", into: &c.maxResponseBytes) { $0.size() }
         if m.value("max_response_bytes") == nil && c.transport == .nio {

@@ -37,7 +37,8 @@ import Synchronization
 /// `max_pending`, the request is answered `503 upstream_overloaded` with `Retry-After` at once.
 public final class BalancedUpstream: UpstreamClient {
     public let config: UpstreamConfig
-    public let endpoints: [EndpointState]
+    /// The endpoints now (a resolved upstream's change as its name's addresses do).
+    public var endpoints: [EndpointState] { currentSet().endpoints }
     let clock: any GatewayClock
     /// The instant the endpoints' recorded times count from.
     let origin: ContinuousClock.Instant
@@ -51,9 +52,17 @@ public final class BalancedUpstream: UpstreamClient {
     /// that two at once cannot both pass the cap.
     private let ejections = Mutex(())
     private let threshold: Int
-    private let allMask: UInt64
-    /// One per endpoint with `health_check`; cancelled at shutdown or when a successor takes over.
-    private let checks = Mutex<[Task<Void, Never>]>([])
+    /// A row's width: a column per endpoint (in flight), then the turn, then the random state.
+    private let rowWidth: Int
+    /// The endpoints of an upstream whose endpoints are configured (`nil` when resolved).
+    private let fixed: EndpointSet?
+    /// A resolved upstream's endpoints: one slot per row, all written at each change of the
+    /// name's addresses (rarely), each read per request by its own loop.
+    private let resolved: [SetSlot]
+    private let resolution: Resolution?
+    /// One per endpoint with `health_check`, by address; cancelled at shutdown, when the endpoint
+    /// goes, or when a successor takes over.
+    private let checks = Mutex<[String: Task<Void, Never>]>([:])
     /// Addresses of endpoints a successor took over at a reload.
     private let handedOver = Mutex<Set<String>>([])
 
@@ -67,9 +76,62 @@ public final class BalancedUpstream: UpstreamClient {
         let limitIsPending: Bool
     }
 
-    /// Row layout: the in-flight count per endpoint, then the turn, then the random state.
-    private var turnSlot: Int { endpoints.count }
-    private var randomSlot: Int { endpoints.count + 1 }
+    private var turnSlot: Int { rowWidth - 2 }
+    private var randomSlot: Int { rowWidth - 1 }
+
+    /// Endpoints and their columns in the loops' rows (a column stays an endpoint's while it is
+    /// in a set or draining).
+    final class EndpointSet: Sendable {
+        let endpoints: [EndpointState]
+        let columns: [Int]
+        let allMask: UInt64
+
+        init(_ endpoints: [EndpointState], columns: [Int]) {
+            self.endpoints = endpoints
+            self.columns = columns
+            allMask = endpoints.count == 64 ? .max : (UInt64(1) << UInt64(endpoints.count)) - 1
+        }
+    }
+
+    /// `dns_refresh`: the name, its resolver, and the endpoints it no longer lists.
+    private final class Resolution: Sendable {
+        let host: String
+        let refresh: Duration
+        let resolver: any EndpointResolver
+        let makeClient: @Sendable (UpstreamConfig) -> any UpstreamClient
+        let metricsFactory: any MetricsFactory
+        struct State {
+            /// Removed endpoints, oldest first: their exchanges in flight finish on them; at most
+            /// `maxDraining` are kept (the oldest beyond are shut down).
+            var draining: [(endpoint: EndpointState, column: Int)] = []
+            var task: Task<Void, Never>?
+        }
+        let state = Mutex(State())
+
+        init(host: String, refresh: Duration, resolver: any EndpointResolver, metricsFactory: any MetricsFactory,
+             makeClient: @escaping @Sendable (UpstreamConfig) -> any UpstreamClient) {
+            self.host = host
+            self.refresh = refresh
+            self.resolver = resolver
+            self.metricsFactory = metricsFactory
+            self.makeClient = makeClient
+        }
+    }
+
+    static let maxDraining = UpstreamConfig.maxEndpoints
+
+    /// One row's view of a resolved upstream's endpoints.
+    private final class SetSlot: Sendable {
+        let set: Mutex<EndpointSet>
+        init(_ set: EndpointSet) { self.set = Mutex(set) }
+    }
+
+    /// The set a request on row `row` sees (the fixed one: no lock).
+    @inline(__always)
+    func currentSet(_ row: Int? = nil) -> EndpointSet {
+        if let fixed { return fixed }
+        return resolved[row ?? loops.count].set.withLock { $0 }
+    }
 
     /// `previous`: the upstream of the same name this one replaces at a reload. Each endpoint of
     /// both, at the same address with the same transport settings, is taken over whole — its
@@ -77,7 +139,8 @@ public final class BalancedUpstream: UpstreamClient {
     /// checks its health nor shuts its client down.
     init(config: UpstreamConfig, logger: Logger, loops: EventLoops, clock: any GatewayClock,
          metricsFactory: any MetricsFactory = MetricsSystem.factory, previous: BalancedUpstream? = nil,
-         makeClient: (UpstreamConfig) -> any UpstreamClient) {
+         resolver: any EndpointResolver = SystemResolver(),
+         makeClient: @escaping @Sendable (UpstreamConfig) -> any UpstreamClient) {
         precondition(!config.endpoints.isEmpty && config.endpoints.count <= UpstreamConfig.maxEndpoints)
         self.config = config
         self.clock = clock
@@ -87,26 +150,48 @@ public final class BalancedUpstream: UpstreamClient {
         self.logger = logger
         self.metrics = BalancedUpstreamMetrics(upstream: config.name, factory: metricsFactory)
         self.threshold = config.outlierDetection.consecutiveFailures
-        let reusable = previous.map { previous in
-            Dictionary(previous.endpoints.map { ($0.address, $0) }, uniquingKeysWith: { first, _ in first })
-        } ?? [:]
-        var takenOver: Set<String> = []
-        self.endpoints = config.endpoints.map { url in
-            let own = Self.endpointConfig(config, url: url)
-            let address = UpstreamTarget(baseURL: url).authority
-            if let kept = reusable[address], kept.config == own {
-                takenOver.insert(address)
-                return kept
+        var initial: [EndpointState]
+        if let refresh = config.dnsRefresh, let host = config.url.host {
+            // Until the first answer: the name itself, resolved by the transport per connection.
+            let own = Self.endpointConfig(config, url: config.url)
+            initial = [EndpointState(url: config.url, config: own, client: makeClient(own),
+                                     metrics: EndpointMetrics(upstream: config.name, endpoint: UpstreamTarget(baseURL: config.url).authority,
+                                                              factory: metricsFactory))]
+            resolution = Resolution(host: host, refresh: refresh, resolver: resolver, metricsFactory: metricsFactory,
+                                    makeClient: makeClient)
+            rowWidth = UpstreamConfig.maxEndpoints + Self.maxDraining + 2
+        } else {
+            let reusable = previous.map { previous in
+                Dictionary(previous.endpoints.map { ($0.address, $0) }, uniquingKeysWith: { first, _ in first })
+            } ?? [:]
+            var takenOver: Set<String> = []
+            initial = config.endpoints.map { url in
+                let own = Self.endpointConfig(config, url: url)
+                let address = UpstreamTarget(baseURL: url).authority
+                if let kept = reusable[address], kept.config == own {
+                    takenOver.insert(address)
+                    return kept
+                }
+                return EndpointState(url: url, config: own, client: makeClient(own),
+                                     metrics: EndpointMetrics(upstream: config.name, endpoint: address, factory: metricsFactory))
             }
-            return EndpointState(url: url, config: own, client: makeClient(own),
-                                 metrics: EndpointMetrics(upstream: config.name, endpoint: address, factory: metricsFactory))
+            previous?.handOver(takenOver)
+            resolution = nil
+            rowWidth = config.endpoints.count + 2
         }
-        previous?.handOver(takenOver)
+        let set = EndpointSet(initial, columns: Array(initial.indices))
+        if resolution == nil {
+            fixed = set
+            resolved = []
+        } else {
+            fixed = nil
+            resolved = (0...loops.count).map { _ in SetSlot(set) }
+        }
         let count = config.endpoints.count
-        allMask = count == 64 ? .max : (UInt64(1) << UInt64(count)) - 1
+        let width = rowWidth
         rows = (0...loops.count).map { _ in
-            let row = LoopSlots(count: count + 2)
-            row.store(count + 1, Int.random(in: 1...Int.max))
+            let row = LoopSlots(count: width)
+            row.store(width - 1, Int.random(in: 1...Int.max))
             return row
         }
         breaker = config.circuitBreaker.map { breaker in
@@ -116,13 +201,20 @@ public final class BalancedUpstream: UpstreamClient {
                                   limit: min(breaker.maxRequests, pendingLimit), maxRequests: breaker.maxRequests,
                                   maxPending: breaker.maxPending, limitIsPending: pendingLimit < breaker.maxRequests)
         }
-        if let healthCheck = config.healthCheck {
-            let tasks = endpoints.map { endpoint in
-                let check = EndpointHealthCheck(endpoint: endpoint, config: healthCheck, upstream: config.name,
-                                                clock: clock, logger: logger)
-                return Task { await check.run() }
-            }
-            checks.withLock { $0 = tasks }
+        startHealthChecks(initial)
+        if let resolution {
+            let task = Task { await self.keepResolving() }
+            resolution.state.withLock { $0.task = task }
+        }
+    }
+
+    private func startHealthChecks(_ endpoints: [EndpointState]) {
+        guard let healthCheck = config.healthCheck else { return }
+        for endpoint in endpoints {
+            let check = EndpointHealthCheck(endpoint: endpoint, config: healthCheck, upstream: config.name,
+                                            clock: clock, logger: logger)
+            let task = Task { await check.run() }
+            checks.withLock { $0[endpoint.address]?.cancel(); $0[endpoint.address] = task }
         }
     }
 
@@ -131,15 +223,17 @@ public final class BalancedUpstream: UpstreamClient {
             throw refusal(breaker)
         }
         defer { breaker?.inFlight.release() }
-        let row = rows[loops.currentIndex ?? loops.count]
+        let rowIndex = loops.currentIndex ?? loops.count
+        let row = rows[rowIndex]
+        let set = currentSet(rowIndex)
         let now = offset(context.clock.now)
         let pick = context.stats.update { values in
-            let pick = self.pick(now: now, avoiding: values[FailedEndpoint.self], row: row)
-            values.recordEndpoint(endpoints[pick.index].address)
+            let pick = self.pick(now: now, avoiding: values[FailedEndpoint.self], row: row, set: set)
+            values.recordEndpoint(set.endpoints[pick.index].address)
             return pick
         }
-        let index = pick.index
-        let endpoint = endpoints[index]
+        let endpoint = set.endpoints[pick.index]
+        let index = set.columns[pick.index]
         if pick.allDown { metrics.allDown.increment() }
         endpoint.metrics.requests.increment()
         row.add(index, 1)
@@ -163,17 +257,30 @@ public final class BalancedUpstream: UpstreamClient {
     }
 
     public func shutdown() async {
+        var draining: [EndpointState] = []
+        if let resolution {
+            let task = resolution.state.withLock { state in
+                defer { state.task = nil }
+                return state.task
+            }
+            task?.cancel()
+            await task?.value
+            draining = resolution.state.withLock { state in
+                defer { state.draining = [] }
+                return state.draining.map(\.endpoint)
+            }
+        }
         await stopHealthChecks()
         let kept = handedOver.withLock { $0 }
-        for endpoint in endpoints where !kept.contains(endpoint.address) {
+        for endpoint in endpoints + draining where !kept.contains(endpoint.address) {
             await endpoint.client.shutdown()
         }
     }
 
     private func stopHealthChecks() async {
         let tasks = checks.withLock { tasks in
-            defer { tasks = [] }
-            return tasks
+            defer { tasks = [:] }
+            return Array(tasks.values)
         }
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
@@ -184,8 +291,8 @@ public final class BalancedUpstream: UpstreamClient {
     private func handOver(_ addresses: Set<String>) {
         handedOver.withLock { $0.formUnion(addresses) }
         let tasks = checks.withLock { tasks in
-            defer { tasks = [] }
-            return tasks
+            defer { tasks = [:] }
+            return Array(tasks.values)
         }
         for task in tasks { task.cancel() }
     }
@@ -206,7 +313,8 @@ public final class BalancedUpstream: UpstreamClient {
     /// Requests the breaker counts now (`nil` without one).
     var breakerInFlight: Int? { breaker.map { max(0, $0.inFlight.current) } }
 
-    /// Requests in flight on endpoint `index`, over every loop (for reports: loads only).
+    /// Requests in flight on the endpoint of `column` (its index, for configured endpoints), over
+    /// every loop (for reports: loads only).
     public func inFlight(_ index: Int) -> Int {
         max(0, rows.reduce(0) { $0 + $1.load(index) })
     }
@@ -223,7 +331,8 @@ public final class BalancedUpstream: UpstreamClient {
     /// failing their health check) other than `avoiding` (the one whose attempt just failed) when
     /// there are any; among all when none is up (usable and not failing `consecutive_failures`
     /// times in a row: the cap may keep a failing endpoint in rotation).
-    func pick(now: Int64, avoiding: Int?, row: LoopSlots) -> Pick {
+    func pick(now: Int64, avoiding avoidedColumn: Int?, row: LoopSlots, set: EndpointSet) -> Pick {
+        let endpoints = set.endpoints
         var mask: UInt64 = 0
         var up = false
         for (index, endpoint) in endpoints.enumerated() where endpoint.isUsable(at: now) {
@@ -231,8 +340,8 @@ public final class BalancedUpstream: UpstreamClient {
             if !up { up = endpoint.consecutiveFailures.load(ordering: .relaxed) < threshold }
         }
         let allDown = !up
-        if allDown { mask = allMask }
-        if let avoiding {
+        if allDown { mask = set.allMask }
+        if let avoidedColumn, let avoiding = set.columns.firstIndex(of: avoidedColumn) {
             let others = mask & ~(UInt64(1) << UInt64(avoiding))
             if others != 0 { mask = others }
         }
@@ -252,7 +361,7 @@ public final class BalancedUpstream: UpstreamClient {
             var second = random(below: count - 1, row: row)
             if second >= first { second += 1 }
             let a = Self.setBit(mask, number: first), b = Self.setBit(mask, number: second)
-            index = row.load(b) < row.load(a) ? b : a
+            index = row.load(set.columns[b]) < row.load(set.columns[a]) ? b : a
         }
         return Pick(index: index, allDown: allDown)
     }
@@ -306,6 +415,7 @@ public final class BalancedUpstream: UpstreamClient {
     /// Ejects `endpoint` unless the cap forbids it (`max_ejection`, and never the last available one).
     private func eject(_ endpoint: EndpointState, _ kind: EndpointFailure, at now: Int64) {
         let outlier = config.outlierDetection
+        let endpoints = self.endpoints
         let ejection: Duration? = ejections.withLock { _ in
             guard !endpoint.isEjected(at: now) else { return nil }
             var ejectedNow = 0, availableOthers = 0
@@ -349,6 +459,106 @@ public final class BalancedUpstream: UpstreamClient {
         fields[.retryAfter] = "1"
         return GatewayError(.upstreamOverloaded, message: "upstream \(config.name) has \(limit); retry later",
                             headerFields: fields)
+    }
+
+    // MARK: Resolving (`dns_refresh`)
+
+    /// Resolves the name now and then every `dns_refresh` on the injected clock, until cancelled.
+    private func keepResolving() async {
+        guard let resolution else { return }
+        while !Task.isCancelled {
+            await refreshEndpoints()
+            do {
+                try await clock.sleep(for: resolution.refresh)
+            } catch {
+                return
+            }
+        }
+    }
+
+    /// One resolution: a changed answer changes the endpoints (new ones take traffic at once,
+    /// removed ones drain); a failed or empty one keeps the last good set.
+    func refreshEndpoints() async {
+        guard let resolution else { return }
+        let addresses: [String]
+        do {
+            addresses = try await resolution.resolver.resolve(resolution.host)
+        } catch {
+            logger.warning("upstream name not resolved: keeping its endpoints", metadata: [
+                "upstream": "\(config.name)", "host": "\(resolution.host)", "error": "\(error)",
+            ])
+            return
+        }
+        guard !addresses.isEmpty else {
+            logger.warning("upstream name resolved to no address: keeping its endpoints", metadata: [
+                "upstream": "\(config.name)", "host": "\(resolution.host)",
+            ])
+            return
+        }
+        apply(addresses, resolution)
+    }
+
+    private func apply(_ addresses: [String], _ resolution: Resolution) {
+        let target = UpstreamTarget(baseURL: config.url)
+        let scheme = config.url.scheme?.lowercased() ?? "http"
+        let port = config.url.port ?? (scheme == "https" ? 443 : 80)
+        var wanted: [(address: String, url: URL)] = []
+        for ip in addresses.prefix(UpstreamConfig.maxEndpoints) {
+            let host = ip.contains(":") ? "[\(ip)]" : ip
+            guard let url = URL(string: "\(scheme)://\(host):\(port)\(target.basePath)") else { continue }
+            wanted.append((UpstreamTarget(baseURL: url).authority, url))
+        }
+        let (added, removed, evicted) = resolution.state.withLock { state -> ([EndpointState], [EndpointState], [EndpointState]) in
+            let current = currentSet()
+            if current.endpoints.map(\.address) == wanted.map(\.address) { return ([], [], []) }
+            var kept: [String: (EndpointState, Int)] = [:]
+            for (endpoint, column) in zip(current.endpoints, current.columns) { kept[endpoint.address] = (endpoint, column) }
+            let stay = Set(wanted.map(\.address))
+            var removed: [EndpointState] = []
+            for (endpoint, column) in zip(current.endpoints, current.columns) where !stay.contains(endpoint.address) {
+                state.draining.append((endpoint, column))
+                removed.append(endpoint)
+            }
+            var evicted: [EndpointState] = []
+            while state.draining.count > Self.maxDraining {
+                evicted.append(state.draining.removeFirst().endpoint)
+            }
+            var used = Set(state.draining.map(\.column))
+            for (address, entry) in kept where stay.contains(address) { used.insert(entry.1) }
+            var endpoints: [EndpointState] = [], columns: [Int] = [], added: [EndpointState] = []
+            for (address, url) in wanted {
+                if let (endpoint, column) = kept[address] {
+                    endpoints.append(endpoint)
+                    columns.append(column)
+                    continue
+                }
+                guard let column = (0..<(rowWidth - 2)).first(where: { !used.contains($0) }) else { continue }
+                used.insert(column)
+                var own = Self.endpointConfig(config, url: url)
+                // The upstream still hears its name: `Host`, and TLS checks the certificate for it.
+                own.requestAuthority = target.authority
+                if scheme == "https", own.tls.serverName == nil { own.tls.serverName = resolution.host }
+                let endpoint = EndpointState(url: url, config: own, client: resolution.makeClient(own),
+                                             metrics: EndpointMetrics(upstream: config.name, endpoint: address,
+                                                                      factory: resolution.metricsFactory))
+                endpoints.append(endpoint)
+                columns.append(column)
+                added.append(endpoint)
+            }
+            let set = EndpointSet(endpoints, columns: columns)
+            for slot in resolved { slot.set.withLock { $0 = set } }
+            return (added, removed, evicted)
+        }
+        guard !added.isEmpty || !removed.isEmpty else { return }
+        logger.info("upstream endpoints changed", metadata: [
+            "upstream": "\(config.name)", "added": "\(added.map { $0.address })", "removed": "\(removed.map { $0.address })",
+        ])
+        let gone = checks.withLock { checks in removed.compactMap { checks.removeValue(forKey: $0.address) } }
+        for task in gone { task.cancel() }
+        startHealthChecks(added)
+        if !evicted.isEmpty {
+            Task { for endpoint in evicted { await endpoint.client.shutdown() } }
+        }
     }
 
     // MARK: Time

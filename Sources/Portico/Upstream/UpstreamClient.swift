@@ -22,7 +22,7 @@ public protocol UpstreamClient: Sendable {
 /// records and clients of its unchanged endpoints.
 public func makeUpstreamClient(_ config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared,
                                clock: any GatewayClock = SystemClock(), previous: (any UpstreamClient)? = nil) -> any UpstreamClient {
-    if config.endpoints.count > 1 || config.circuitBreaker != nil || config.healthCheck != nil {
+    if config.endpoints.count > 1 || config.circuitBreaker != nil || config.healthCheck != nil || config.dnsRefresh != nil {
         return BalancedUpstream(config: config, logger: logger, loops: loops, clock: clock,
                                 previous: previous as? BalancedUpstream) { endpoint in
             makeTransportClient(endpoint, logger: logger, loops: loops)

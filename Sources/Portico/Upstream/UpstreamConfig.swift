@@ -22,6 +22,12 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var circuitBreaker: CircuitBreakerConfig?
     /// `nil`: no active checks (ejection alone judges an endpoint).
     public var healthCheck: HealthCheckConfig?
+    /// `dns_refresh`: the `url`'s host name stands for every address it resolves to, resolved
+    /// again this often (transport `nio`); `nil`: the transport resolves it per connection.
+    public var dnsRefresh: Duration?
+    /// The `Host` (authority) sent instead of the URL's: a resolved endpoint's URL names an
+    /// address, its upstream still hears its name. Set by the gateway, not by the file.
+    public var requestAuthority: String?
     public var transport: Transport = .urlsession
     public var connectTimeout: Duration = .seconds(2)
     /// One exchange with the upstream (the request deadline may cut it shorter).
