@@ -15,6 +15,8 @@ import Synchronization
 /// endpoint, its round-robin turn, its random state), which no other loop writes. A success on a
 /// healthy endpoint writes nothing shared. The one word every loop writes is the breaker's
 /// `SharedCap` (`upstreams.NAME.max_requests`), and only when `circuit_breaker` is configured.
+/// A resolved upstream (`dns_refresh`) reads its endpoint set from its loop's own slot (a lock
+/// only that loop takes per request; a changed answer writes every slot once).
 ///
 /// **Failures** (`EndpointFailure`) are the endpoint's own: connect failures, resets, timeouts,
 /// 502/503/504 (every 5xx with `failures: 5xx`); never a 4xx or the client leaving.
@@ -195,6 +197,7 @@ public final class BalancedUpstream: UpstreamClient {
             return row
         }
         breaker = config.circuitBreaker.map { breaker in
+            // A resolved upstream counts the connections of one endpoint (its count changes).
             let capacity = count * max(1, config.maxConnections)
             let pendingLimit = capacity + breaker.maxPending
             return CircuitBreaker(inFlight: SharedCap(name: "upstreams.\(config.name).max_requests"),
@@ -323,7 +326,7 @@ public final class BalancedUpstream: UpstreamClient {
 
     struct Pick {
         var index: Int
-        /// No endpoint was available: this one was picked among all.
+        /// No endpoint was up: this one was picked among all.
         var allDown: Bool
     }
 
