@@ -6,7 +6,8 @@ Starts the demo on free ports, opens http://127.0.0.1:ADMIN/ in headless Chromiu
   1. the page loads with no console error,
   2. it lists the demo's routes,
   3. its numbers change after traffic is sent,
-  4. a stopped identity provider shows as failing on the credentials panel.
+  4. a stopped identity provider shows as failing on the credentials panel,
+  5. a stopped demo upstream shows as ejected on the endpoints panel.
 Exits 0 when all hold; otherwise prints what did not and exits 1.
 
     scripts/dashboard-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
@@ -24,7 +25,7 @@ import urllib.request
 
 from playwright.sync_api import sync_playwright
 
-DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast"]
+DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "pair", "spare"]
 
 
 def wait_for(what, predicate, timeout=30.0, interval=0.25):
@@ -116,6 +117,15 @@ def check(chromium, proxy, admin, upstream):
         credential = page.locator("#credentials tbody tr", has_text="demo-idp")
         wait_for("demo-idp to show as failing", lambda: "failing" in credential.inner_text())
         assert "token endpoint unreachable" in credential.inner_text(), credential.inner_text()
+
+        # 5. A stopped demo upstream (the failover pair's spare) shows as ejected on the endpoints panel.
+        assert request(proxy + "/spare/demo/down", method="POST") == 200
+        for _ in range(8):
+            assert request(proxy + "/pair/orders") == 200
+        ejected = page.locator("#endpoints tbody tr", has_text="orders-pair").filter(has_text="ejected")
+        wait_for("the stopped spare to show as ejected", lambda: ejected.count() == 1)
+        assert "gateway_status" in ejected.inner_text(), ejected.inner_text()
+        assert request(proxy + "/spare/demo/up", method="POST") == 200
 
         # 1. No console error at any point.
         browser.close()

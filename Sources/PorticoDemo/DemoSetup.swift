@@ -8,6 +8,9 @@ public final class DemoSetup: Sendable {
     public let idp: TokenEndpointServer
     public let upstream: DemoUpstream
     public let upstreamPort: Int
+    /// The second demo upstream: with the first, the endpoints of `orders-pair` (failover).
+    public let spare: DemoUpstream
+    public let sparePort: Int
     private let clientSecret: String
 
     /// Starts the identity provider and the upstream on free loopback ports.
@@ -23,10 +26,13 @@ public final class DemoSetup: Sendable {
         upstream = DemoUpstream(authorizes: { idp.authorizes($0) },
                                 switchIdP: { up in try? await idp.setFailure(up ? nil : .closed) })
         upstreamPort = try upstream.start()
+        spare = DemoUpstream(name: "spare")
+        sparePort = try spare.start()
     }
 
     public func stop() async {
         await upstream.stop()
+        await spare.stop()
         await idp.stop()
     }
 
@@ -42,6 +48,7 @@ public final class DemoSetup: Sendable {
         }
         environment["DEMO_PORT"] = String(port)
         environment["DEMO_UPSTREAM_PORT"] = String(upstreamPort)
+        environment["DEMO_SPARE_PORT"] = String(sparePort)
         environment["DEMO_ADMIN_PORT"] = String(adminPort)
         environment["DEMO_TOKEN_URL"] = idp.url.absoluteString
         environment["DEMO_CLIENT_SECRET"] = clientSecret
@@ -82,6 +89,13 @@ public final class DemoSetup: Sendable {
         timeout: 5s
       orders-nio:
         url: http://127.0.0.1:${DEMO_UPSTREAM_PORT}
+        transport: nio
+      orders-pair:
+        endpoints: ["http://127.0.0.1:${DEMO_UPSTREAM_PORT}", "http://127.0.0.1:${DEMO_SPARE_PORT}"]
+        transport: nio
+        outlier_detection: { consecutive_failures: 2, base_ejection: 10s }
+      orders-spare:
+        url: http://127.0.0.1:${DEMO_SPARE_PORT}
         transport: nio
     credentials:
       demo-idp:
@@ -147,6 +161,16 @@ public final class DemoSetup: Sendable {
         match: { path_prefix: /fast/ }
         upstream: orders-nio
         strip_prefix: true
+      - name: pair
+        match: { path_prefix: /pair/ }
+        upstream: orders-pair
+        strip_prefix: true
+        middleware: [log, retry]
+      - name: spare
+        match: { path_prefix: /spare/ }
+        upstream: orders-spare
+        strip_prefix: true
+        middleware: [log]
     """
 
     /// One line the demo prints: a shell command that can be pasted as it is, again and again.
@@ -194,6 +218,19 @@ public final class DemoSetup: Sendable {
             Line(note: "rate limit: 10 at once, then 429; each run keys its own bucket (X-Demo-Run)",
                  command: #"run=$(date +%s%N); for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' -H "X-Demo-Run: $run" \#(base)/limited; done; echo"#,
                  expected: "(200 ){10}(429 ){5}\n"),
+            Line(note: "failover: two demo upstreams behind orders-pair, in turn (X-Demo-Upstream says which served)",
+                 command: "for i in 1 2 3 4; do curl -si \(base)/pair/orders | grep -i '^x-demo-upstream'; done",
+                 expected: #"(?i)(x-demo-upstream: (primary|spare)\r\n){4}"#),
+            Line(note: "stop one (it answers 503 from now on): the retry sends each request to the other, and it is ejected",
+                 command: "curl -s -X POST \(base)/spare/demo/down", expected: #"spare stopped[^\n]*\n"#),
+            Line(note: "every request still succeeds while the spare is down (see it ejected: GET /upstreams on the admin port)",
+                 command: #"for i in 1 2 3 4; do curl -s -o /dev/null -w '%{http_code} ' \#(base)/pair/orders; done; echo"#,
+                 expected: #"(200 ){4}\n"#),
+            Line(note: "start it again: it takes traffic once its ejection (10 s) ends",
+                 command: "curl -s -X POST \(base)/spare/demo/up", expected: #"spare started again\n"#),
+            Line(note: "each endpoint: state, ejection until when and why, in flight, last failure",
+                 command: "curl -s http://127.0.0.1:\(adminPort)/upstreams", expected: #"\{"upstreams":[\s\S]*\}\n"#,
+                 usesAdmin: true),
             Line(note: "a JSON 404 with a request id", command: "curl -i \(base)/nowhere",
                  expected: #"HTTP/1\.1 404 Not Found\r\n[\s\S]*\r\n\r\n\{"error":"not_found",.*"request_id":".+"\}\n"#),
             Line(note: "every request above, counted by route, method and status",

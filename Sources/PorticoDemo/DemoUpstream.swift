@@ -8,6 +8,8 @@ import Synchronization
 /// - `GET /secure…` demands a bearer token the demo identity provider issued (`authorizes`).
 /// - `GET /flaky` fails with 503 two times out of three; so does `GET /secure/flaky`, behind the token check.
 /// - `GET /events?count=N` streams N Server-Sent Events, one a second.
+/// - `POST /demo/down` and `POST /demo/up` stop and restart its answers: stopped, it answers
+///   503 to everything else (the demo's failover: `/spare/demo/down` through the gateway).
 /// - `POST /demo/idp/down` and `POST /demo/idp/up` on the upstream's own port (never through the
 ///   gateway's routes) stop and restart the demo identity provider, to watch a failing credential
 ///   on the dashboard.
@@ -16,14 +18,20 @@ public final class DemoUpstream: Sendable {
 
     /// `authorizes` decides whether an `Authorization` value is a current token (the demo IdP's check);
     /// `switchIdP(up)` stops or restarts the identity provider.
-    public init(authorizes: @escaping @Sendable (String?) -> Bool = { _ in true },
+    /// `name`: sent back in `X-Demo-Upstream`, so an answer says which demo upstream served it.
+    public init(name: String = "primary", authorizes: @escaping @Sendable (String?) -> Bool = { _ in true },
                 switchIdP: @escaping @Sendable (Bool) async -> Void = { _ in }) {
         let counter = Atomic<Int>(0)
+        let stopped = Atomic<Bool>(false)
         let flaky = Atomic<Int>(0)
         let secureFlaky = Atomic<Int>(0)
         let respond: @Sendable (ServerRequest) -> ServerResponse = { request in
             let served = counter.add(1, ordering: .relaxed).newValue
             let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+            if stopped.load(ordering: .relaxed) {
+                return ServerResponse(status: 503, headers: [("Content-Type", "application/json"), ("X-Demo-Upstream", name)],
+                                      body: Array("{\"error\":\"stopped by POST /demo/down\"}\n".utf8))
+            }
             if path.hasPrefix("/secure"), !authorizes(request.header("authorization")) {
                 return ServerResponse(status: 401, headers: [("WWW-Authenticate", "Bearer realm=\"demo\""),
                                                              ("Content-Type", "application/json")],
@@ -38,10 +46,18 @@ public final class DemoUpstream: Sendable {
                 return ServerResponse(status: 503, headers: [("Content-Type", "application/json")],
                                       body: Array("{\"error\":\"try again\"}\n".utf8))
             }
-            return DemoUpstream.answer(request, served: served)
+            var response = DemoUpstream.answer(request, served: served)
+            response.headers.append(("X-Demo-Upstream", name))
+            return response
         }
         server = HTTPServer(configuration: ServerConfiguration()) { (request: ServerRequest) -> HTTPServer.Answer in
             let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+            if request.method == "POST", path == "/demo/down" || path == "/demo/up" {
+                let down = path == "/demo/down"
+                stopped.store(down, ordering: .relaxed)
+                let text = down ? "\(name) stopped: it answers 503 until POST /demo/up\n" : "\(name) started again\n"
+                return .now(ServerResponse(status: 200, headers: [("Content-Type", "text/plain")], body: Array(text.utf8)))
+            }
             if request.method == "POST", path == "/demo/idp/down" || path == "/demo/idp/up" {
                 return .later {
                     await switchIdP(path.hasSuffix("/up"))

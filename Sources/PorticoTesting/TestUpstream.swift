@@ -193,12 +193,16 @@ public final class TestUpstream: Sendable {
 
     private let fallback: Handler
     private let tls: TLSConfiguration?
+    /// The loopback address it binds (Linux routes all of 127/8: tests run several upstreams on
+    /// 127.0.0.1, 127.0.0.2, 127.0.0.3).
+    public let host: String
     private let state = Mutex(State())
 
     /// `handler` answers paths without a route (default: echo). With `tls` it serves HTTPS.
-    public init(handler: Handler? = nil, tls: TLSConfiguration? = nil) {
+    public init(handler: Handler? = nil, tls: TLSConfiguration? = nil, host: String = "127.0.0.1") {
         fallback = handler ?? { .echo($0) }
         self.tls = tls
+        self.host = host
     }
 
     /// Scripts `path` with a closure (it may await: delays, gates).
@@ -224,16 +228,17 @@ public final class TestUpstream: Sendable {
     /// The bound port (0 before `start()`).
     public var port: Int { state.withLock { $0.port } }
 
-    /// `http://127.0.0.1:PORT`, or `https://` when serving TLS.
-    public var baseURL: URL { URL(string: "\(tls == nil ? "http" : "https")://127.0.0.1:\(port)")! }
+    /// `http://HOST:PORT`, or `https://` when serving TLS.
+    public var baseURL: URL { URL(string: "\(tls == nil ? "http" : "https")://\(host):\(port)")! }
 
-    public func start() async throws {
+    /// Binds `port` (0: an ephemeral one), e.g. the port of an upstream stopped earlier, to restart it.
+    public func start(port: Int = 0) async throws {
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
         let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .bind(host: "127.0.0.1", port: 0) { channel in
+            .bind(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))

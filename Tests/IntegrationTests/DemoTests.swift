@@ -32,7 +32,7 @@ struct DemoTests {
             if let note = line.note { #expect(printed.contains("# \(note)")) }
         }
         #expect(banner.contains("admin on http://127.0.0.1:9901"))
-        let commands = printed.filter { $0.hasPrefix("curl") || $0.hasPrefix("run=") }
+        let commands = printed.filter { $0.hasPrefix("curl") || $0.hasPrefix("run=") || $0.hasPrefix("for ") }
         #expect(commands.count == lines.count)
     }
 }

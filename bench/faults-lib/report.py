@@ -14,6 +14,7 @@ TITLES = {
     "reload": "configuration reloaded ten times (SIGHUP and POST /-/reload, alternating)",
     "idp": "token endpoint down 30 s (killed), then frozen 15 s (SIGSTOP)",
     "drain": "SIGTERM mid-load (graceful drain), five rounds",
+    "endpoints": "one of three endpoints killed (SIGKILL) mid-load, restarted after its ejection",
 }
 
 
@@ -98,6 +99,23 @@ def main():
             check(not other, f"{phase['phase']}: unexpected answers {fmt(other)}")
         stopped = phases.get("stopped", {"outcomes": {}})["outcomes"]
         check(stopped.get("refused", 0) > 0 and not answered(stopped), f"after exit: {fmt(stopped)}")
+
+    elif args.scenario == "endpoints":
+        # With retry (/r/ on nio, /us/ on urlsession): no client sees an error, in any phase.
+        # Without (/n/): at most consecutive_failures failures per in-flight worker before the ejection.
+        no_retry_errors = 0
+        for phase in tally["phases"]:
+            for path, outcomes in phase["paths"].items():
+                bad = {k: v for k, v in answered(outcomes).items() if k != "200"}
+                if path.startswith("/r/") or path.startswith("/us/"):
+                    check(not bad, f"{phase['phase']} {path}: errors despite retry: {fmt(bad)}")
+                else:
+                    no_retry_errors += sum(bad.values())
+        bound = int(facts.get("consecutive_failures", "5")) * int(facts.get("no_retry_workers", "1"))
+        check(no_retry_errors <= bound, f"{no_retry_errors} errors without retry, more than {bound}")
+        facts["errors_without_retry"] = str(no_retry_errors)
+        check(facts.get("time_to_ejection_s", "never") != "never", "the killed endpoint was never ejected")
+        check(facts.get("traffic_back", "no") == "yes", "the restarted endpoint got no traffic back")
 
     print(f"#### {args.scenario}: {TITLES[args.scenario]}")
     print()

@@ -100,6 +100,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("role", choices=["upstream", "idp"])
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (Linux routes all of 127/8)")
     p.add_argument("--secret", required=True)
     p.add_argument("--client-id", default="portico")
     p.add_argument("--client-secret", default="")
@@ -107,8 +108,8 @@ def main():
     options = p.parse_args()
     handler = Upstream if options.role == "upstream" else TokenEndpoint
     handler.options = options
-    server = Server(("127.0.0.1", options.port), handler)
-    print(f"{options.role} listening on 127.0.0.1:{options.port}", file=sys.stderr, flush=True)
+    server = Server((options.host, options.port), handler)
+    print(f"{options.role} listening on {options.host}:{options.port}", file=sys.stderr, flush=True)
     server.serve_forever()
 
 

@@ -104,11 +104,15 @@ public struct Explanation: Sendable, Encodable {
     public var endpoint: RouteTable.Endpoint?
     /// The URL the upstream would be asked for, after `strip_prefix`.
     public var upstreamURL: String?
+    /// The upstream's endpoints (`host:port`, as configured) one is picked from per attempt, and how.
+    public var upstreamEndpoints: [String]?
+    public var balance: String?
     public var deadlines: Deadlines?
 
     enum CodingKeys: String, CodingKey {
-        case asked, candidates, outcome, chain, endpoint, deadlines
+        case asked, candidates, outcome, chain, endpoint, deadlines, balance
         case upstreamURL = "upstream_url"
+        case upstreamEndpoints = "upstream_endpoints"
     }
 }
 
@@ -206,6 +210,8 @@ extension Explanation {
             return
         }
         upstreamURL = UpstreamTarget(baseURL: upstream.url).urlString(for: chosen.upstreamTarget(for: request.target))
+        upstreamEndpoints = upstream.endpoints.map { UpstreamTarget(baseURL: $0).authority }
+        balance = upstream.balance.rawValue
         // One attempt is bounded by the upstream's timeout, a retry's per_try_timeout, and what is left of the total.
         var perTry = (upstream.timeout, "upstreams.\(upstream.name).timeout")
         for step in chain where step.type == "retry" {
@@ -288,6 +294,9 @@ extension Explanation {
             } else {
                 lines.append("Upstream: \(endpoint.upstream ?? "?") over \(endpoint.transport ?? "?")")
                 if let upstreamURL { lines.append("  \(asked.method) \(upstreamURL)") }
+                if let upstreamEndpoints, upstreamEndpoints.count > 1 {
+                    lines.append("  endpoints (\(balance ?? "round_robin")): \(upstreamEndpoints.joined(separator: ", "))")
+                }
             }
         }
         if let deadlines {

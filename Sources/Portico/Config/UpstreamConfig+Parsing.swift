@@ -1,9 +1,16 @@
+import Foundation
+
 extension UpstreamConfig {
     /// `upstreams.NAME`; nil when `url` is missing or invalid (other problems are reported
     /// and the default kept, so one pass reports them all).
     static func parse(_ m: ConfigMapping, name: String) -> UpstreamConfig? {
-        let url = m.required("url")?.url(allowQuery: false)
-        var c = UpstreamConfig(name: name, url: url ?? .init(fileURLWithPath: "/"))
+        let endpoints = parseEndpoints(m)
+        let url = endpoints?.first
+        var c = UpstreamConfig(name: name, endpoints: endpoints ?? [.init(fileURLWithPath: "/")])
+        m.read("balance", into: &c.balance) { $0.choice(BalanceStrategy.self) }
+        m.read("outlier_detection", into: &c.outlierDetection) { $0.mapping().map(OutlierDetectionConfig.parse) }
+        c.circuitBreaker = m.value("circuit_breaker")?.mapping().map(CircuitBreakerConfig.parse)
+        c.healthCheck = m.value("health_check")?.mapping().flatMap(HealthCheckConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
         m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
@@ -13,6 +20,17 @@ extension UpstreamConfig {
                 node.error("the urlsession transport keeps idle connections as libcurl decides; use transport: nio to set it")
             } else if let timeout = node.duration(positive: true) {
                 c.idleTimeout = timeout
+            }
+        }
+        if let node = m.value("dns_refresh"), let refresh = node.duration(positive: true) {
+            if m.value("endpoints") != nil {
+                node.error("applies to url: with a host name, not to endpoints")
+            } else if let url, url.host.map(SystemResolver.isAddressLiteral) ?? true {
+                node.error("applies to url: with a host name, not an address")
+            } else if c.transport != .nio {
+                node.error("needs transport: nio (the urlsession transport resolves the name itself, per connection)")
+            } else {
+                c.dnsRefresh = refresh
             }
         }
         m.read("preserve_host", into: &c.preserveHost) { $0.bool() }
@@ -36,6 +54,119 @@ extension UpstreamConfig {
         }
         m.finish()
         return url == nil ? nil : c
+    }
+
+    /// `url:` (one endpoint) or `endpoints: [...]`: not both, not an empty list, one scheme and
+    /// one base path for all, each address once. `nil` when none is usable (reported).
+    private static func parseEndpoints(_ m: ConfigMapping) -> [URL]? {
+        guard let listNode = m.value("endpoints") else {
+            return m.required("url")?.url(allowQuery: false).map { [$0] }
+        }
+        if let urlNode = m.value("url") {
+            urlNode.error("give either url or endpoints, not both")
+            return nil
+        }
+        guard let items = listNode.list() else { return nil }
+        guard !items.isEmpty else {
+            listNode.error("lists no endpoint (an upstream needs at least one)")
+            return nil
+        }
+        guard items.count <= UpstreamConfig.maxEndpoints else {
+            listNode.error("lists \(items.count) endpoints; at most \(UpstreamConfig.maxEndpoints) are allowed")
+            return nil
+        }
+        var urls: [URL] = []
+        var failed = false
+        for item in items {
+            guard let url = item.url(allowQuery: false) else {
+                failed = true
+                continue
+            }
+            if let first = urls.first {
+                let target = UpstreamTarget(baseURL: url), firstTarget = UpstreamTarget(baseURL: first)
+                if url.scheme?.lowercased() != first.scheme?.lowercased() {
+                    item.error("mixed schemes: \(url.scheme ?? "") here, \(first.scheme ?? "") in endpoints[0]")
+                    failed = true
+                    continue
+                }
+                if target.basePath != firstTarget.basePath {
+                    item.error("base path \"\(target.basePath)\" differs from endpoints[0]'s \"\(firstTarget.basePath)\"")
+                    failed = true
+                    continue
+                }
+                if urls.contains(where: { UpstreamTarget(baseURL: $0).authority == target.authority }) {
+                    item.error("endpoint \(target.authority) is listed twice")
+                    failed = true
+                    continue
+                }
+            }
+            urls.append(url)
+        }
+        return failed || urls.isEmpty ? nil : urls
+    }
+}
+
+extension OutlierDetectionConfig {
+    /// `upstreams.NAME.outlier_detection`
+    static func parse(_ m: ConfigMapping) -> OutlierDetectionConfig {
+        var c = OutlierDetectionConfig()
+        m.read("consecutive_failures", into: &c.consecutiveFailures) { $0.int(in: 1...1000) }
+        m.read("base_ejection", into: &c.baseEjection) { $0.duration(positive: true) }
+        m.read("max_ejection", into: &c.maxEjection) { $0.percentage() }
+        m.read("failures", into: &c.failures) { $0.choice(Failures.self) }
+        m.finish()
+        return c
+    }
+}
+
+extension CircuitBreakerConfig {
+    /// `upstreams.NAME.circuit_breaker`
+    static func parse(_ m: ConfigMapping) -> CircuitBreakerConfig {
+        var c = CircuitBreakerConfig()
+        m.read("max_requests", into: &c.maxRequests) { $0.int(in: 1...1_000_000) }
+        m.read("max_pending", into: &c.maxPending) { $0.int(in: 0...1_000_000) }
+        m.finish()
+        return c
+    }
+}
+
+extension HealthCheckConfig {
+    /// `upstreams.NAME.health_check`; nil without a usable `path`.
+    static func parse(_ m: ConfigMapping) -> HealthCheckConfig? {
+        var path: String?
+        if let node = m.required("path"), let text = node.nonEmptyString() {
+            if text.hasPrefix("/") && HTTPSyntax.urlProblem("http://x" + text, allowQuery: true) == nil {
+                path = text
+            } else {
+                node.error("expected an absolute path such as /healthz, got \(text.quotedForMessage)")
+            }
+        }
+        var c = HealthCheckConfig(path: path ?? "/")
+        m.read("interval", into: &c.interval) { $0.duration(positive: true) }
+        m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
+        m.read("healthy", into: &c.healthy) { $0.int(in: 1...100) }
+        m.read("unhealthy", into: &c.unhealthy) { $0.int(in: 1...100) }
+        m.read("expect", into: &c.expect) { $0.statusRange() }
+        if c.timeout > c.interval, let node = m.value("timeout") {
+            node.error("must not be longer than interval (\(c.interval))")
+        }
+        m.finish()
+        return path == nil ? nil : c
+    }
+}
+
+extension ConfigNode {
+    /// `200-399` or `200`: statuses between 100 and 599.
+    func statusRange() -> ClosedRange<Int>? {
+        guard let value = scalar(expected: "a status or a range such as 200-399") else { return nil }
+        let parts = value.text.split(separator: "-", omittingEmptySubsequences: false)
+            .map { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard (1...2).contains(parts.count), let low = parts.first ?? nil, let high = parts.last ?? nil,
+              (100...599).contains(low), (100...599).contains(high), low <= high else {
+            error("expected a status or a range of statuses such as 200-399 (100 to 599), got \(value.shown)")
+            return nil
+        }
+        return low...high
     }
 }
 

@@ -73,6 +73,7 @@ extension GatewayError {
             case rateLimitKeyMissing = "rate_limit_key_missing"
             case notCached = "not_cached"
             case overloaded
+            case upstreamOverloaded = "upstream_overloaded"
             case shuttingDown = "shutting_down"
             case credentialsUnavailable = "credentials_unavailable"
             case upstreamConnectFailed = "upstream_connect_failed"
@@ -113,6 +114,9 @@ extension GatewayError {
         public static let notCached = Kind(.notCached)
         /// 503: too many requests in flight.
         public static let overloaded = Kind(.overloaded)
+        /// 503: the upstream's circuit breaker refused the request (`max_requests` in flight or
+        /// `max_pending` waiting for a connection).
+        public static let upstreamOverloaded = Kind(.upstreamOverloaded)
         /// 503: the gateway is shutting down.
         public static let shuttingDown = Kind(.shuttingDown)
         /// 503: no valid credential for the upstream.
@@ -151,7 +155,7 @@ extension GatewayError {
             case .notImplemented: .notImplemented
             case .rateLimited: .tooManyRequests
             case .requestTimeout, .notCached, .upstreamConnectTimeout, .upstreamTimeout: .gatewayTimeout
-            case .overloaded, .shuttingDown, .credentialsUnavailable: .serviceUnavailable
+            case .overloaded, .upstreamOverloaded, .shuttingDown, .credentialsUnavailable: .serviceUnavailable
             case .upstreamConnectFailed, .upstreamConnectionClosed, .upstreamResponseTooLarge, .upstreamProtocolError,
                  .upstreamTLSError, .upstreamTLSPinMismatch, .responseHeadTooLarge: .badGateway
             case .internalError: .internalServerError

@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 
 /// Everything built from one configuration: upstream clients, middleware instances, routes.
 /// Immutable; a reload builds a new one and the gateway swaps it in.
@@ -24,6 +25,9 @@ public final class GatewayRuntime: Sendable {
     /// The loops its `nio` upstreams keep a connection pool on each of (the gateway's; `shared`
     /// for a runtime made on its own).
     public let loops: EventLoops
+    /// Upstreams whose clients a successor took over (unchanged at a reload): not shut down with
+    /// this runtime, so their pools, endpoint records and exchanges in flight carry on.
+    private let handedOver = Mutex<Set<String>>([])
 
     /// A configuration the loader accepted can still fail here (e.g. a credential file vanished).
     public struct BuildError: Error, CustomStringConvertible {
@@ -88,7 +92,16 @@ public final class GatewayRuntime: Sendable {
             // What `urlsession` reads whole of a streamed upload (it cannot stream one): the
             // listener's limit, and never more than 64 MiB held per request.
             upstream.maxRequestBodyBytes = min(config.listen.maxBodyBytes, UpstreamConfig.maxBufferedUpload)
-            upstreams[name] = makeUpstreamClient(upstream, logger: logger, loops: loops)
+            let predecessor = previous.flatMap { $0.loops === loops ? $0.upstreams[name] : nil }
+            if let predecessor, predecessor.config == upstream {
+                // Unchanged: the same client serves on (issue #34: health, ejections, pools survive).
+                upstreams[name] = predecessor
+                previous?.handedOver.withLock { _ = $0.insert(name) }
+            } else {
+                // Changed: a new client, which takes over the records and clients of unchanged endpoints.
+                upstreams[name] = makeUpstreamClient(upstream, logger: logger, loops: loops, clock: clock,
+                                                     previous: predecessor)
+            }
             upstreamMetrics[name] = UpstreamMetrics(upstream: name)
         }
         var routes: [Route] = []
@@ -143,7 +156,8 @@ public final class GatewayRuntime: Sendable {
         for cache in caches {
             await cache.shutdown()
         }
-        for client in upstreams.values {
+        let kept = handedOver.withLock { $0 }
+        for (name, client) in upstreams where !kept.contains(name) {
             await releasing(client)
         }
         await credentials.shutdown()

@@ -35,7 +35,9 @@ final class NIOUpstream: UpstreamClient {
 
     init(config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared) {
         self.config = config
-        self.target = UpstreamTarget(baseURL: config.url)
+        var target = UpstreamTarget(baseURL: config.url)
+        if let authority = config.requestAuthority { target.authority = authority }
+        self.target = target
         switch HTTP1Connection.Endpoint.make(url: config.url, tls: config.tls) {
         case .success(let endpoint):
             exchanger = .pool(HTTP1ConnectionPool(

@@ -11,7 +11,23 @@ public struct UpstreamConfig: Sendable, Equatable {
 
     public var name: String
     /// Base URL: scheme, host, port and an optional base path the route's target is joined onto.
+    /// With `endpoints`, the first of them.
     public var url: URL
+    /// Every endpoint, same scheme and base path (`endpoints:`, or `url:` alone: one endpoint).
+    public var endpoints: [URL]
+    /// How an endpoint is picked per attempt when there are several.
+    public var balance: BalanceStrategy = .roundRobin
+    public var outlierDetection = OutlierDetectionConfig()
+    /// `nil`: no breaker (requests wait for a connection up to `connect_timeout`).
+    public var circuitBreaker: CircuitBreakerConfig?
+    /// `nil`: no active checks (ejection alone judges an endpoint).
+    public var healthCheck: HealthCheckConfig?
+    /// `dns_refresh`: the `url`'s host name stands for every address it resolves to, resolved
+    /// again this often (transport `nio`); `nil`: the transport resolves it per connection.
+    public var dnsRefresh: Duration?
+    /// The `Host` (authority) sent instead of the URL's: a resolved endpoint's URL names an
+    /// address, its upstream still hears its name. Set by the gateway, not by the file.
+    public var requestAuthority: String?
     public var transport: Transport = .urlsession
     public var connectTimeout: Duration = .seconds(2)
     /// One exchange with the upstream (the request deadline may cut it shorter).
@@ -49,5 +65,17 @@ public struct UpstreamConfig: Sendable, Equatable {
     public init(name: String, url: URL) {
         self.name = name
         self.url = url
+        self.endpoints = [url]
     }
+
+    /// An upstream over several endpoints (`endpoints` must not be empty).
+    public init(name: String, endpoints: [URL]) {
+        precondition(!endpoints.isEmpty, "an upstream needs at least one endpoint")
+        self.name = name
+        self.url = endpoints[0]
+        self.endpoints = endpoints
+    }
+
+    /// The most endpoints one upstream may have (metric labels and per-loop tables stay bounded).
+    public static let maxEndpoints = 64
 }

@@ -1,0 +1,65 @@
+/// How an upstream with several endpoints picks one per attempt (`upstreams.NAME.balance`).
+public enum BalanceStrategy: String, Sendable, Equatable, CaseIterable {
+    /// In turn; each event loop keeps its own turn, so no core writes another's.
+    case roundRobin = "round_robin"
+    /// Power of two choices: two endpoints at random, the one with fewer requests in flight on
+    /// this event loop (counts kept per loop, never one shared counter).
+    case leastRequest = "least_request"
+    case random
+}
+
+/// `upstreams.NAME.outlier_detection`: ejecting an endpoint that keeps failing.
+public struct OutlierDetectionConfig: Sendable, Equatable {
+    /// Which answers count as the endpoint's failure besides connect failures, resets and timeouts.
+    public enum Failures: String, Sendable, Equatable, CaseIterable {
+        /// 502, 503 and 504 only.
+        case gateway
+        /// Every 5xx.
+        case serverErrors = "5xx"
+    }
+
+    /// Failures in a row (no success between) that eject an endpoint.
+    public var consecutiveFailures: Int = 5
+    /// An ejection lasts this long times the endpoint's ejections in a row.
+    public var baseEjection: Duration = .seconds(30)
+    /// The share of the endpoints that may be ejected at once (0…1). Never the last one that is
+    /// not ejected and not failing its health check, however it rounds.
+    public var maxEjection: Double = 0.5
+    public var failures: Failures = .gateway
+
+    /// Ejections in a row multiply `baseEjection` up to this many times.
+    public static let maxEjectionMultiplier = 10
+
+    public init() {}
+}
+
+/// `upstreams.NAME.circuit_breaker`: immediate `503 upstream_overloaded` past these.
+public struct CircuitBreakerConfig: Sendable, Equatable {
+    /// Requests in flight to the upstream (all endpoints, all threads: one `SharedCap`).
+    public var maxRequests: Int = 1024
+    /// Requests waiting for a connection: those in flight beyond what the endpoints' connections
+    /// (`max_connections` each) can carry at once.
+    public var maxPending: Int = 1024
+
+    public init() {}
+}
+
+/// `upstreams.NAME.health_check`: a request to each endpoint every `interval`, whatever the
+/// traffic, off the request path (never counted as a request).
+public struct HealthCheckConfig: Sendable, Equatable {
+    /// The path requested (`GET`), with the upstream's base path before it.
+    public var path: String
+    public var interval: Duration = .seconds(5)
+    /// A check not answered within this fails.
+    public var timeout: Duration = .seconds(1)
+    /// Passes in a row that make an endpoint healthy again.
+    public var healthy: Int = 2
+    /// Failures in a row that make it unhealthy (it then gets no traffic).
+    public var unhealthy: Int = 3
+    /// Statuses that pass.
+    public var expect: ClosedRange<Int> = 200...399
+
+    public init(path: String) {
+        self.path = path
+    }
+}

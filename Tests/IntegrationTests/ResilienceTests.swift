@@ -1,0 +1,325 @@
+import Foundation
+import Logging
+import Portico
+import PorticoTesting
+import Synchronization
+import Testing
+
+/// Three in-process upstreams on 127.0.0.1, 127.0.0.2 and 127.0.0.3 (Linux routes all of 127/8).
+struct EndpointTrio {
+    var upstreams: [TestUpstream]
+
+    static func start(_ script: (TestUpstream) -> Void = { _ in }) async throws -> EndpointTrio {
+        var upstreams: [TestUpstream] = []
+        for host in ["127.0.0.1", "127.0.0.2", "127.0.0.3"] {
+            let upstream = TestUpstream(host: host)
+            upstream.route("/api/item", .text("ok\n"))
+            script(upstream)
+            try await upstream.start()
+            upstreams.append(upstream)
+        }
+        return EndpointTrio(upstreams: upstreams)
+    }
+
+    var urls: [URL] { upstreams.map(\.baseURL) }
+
+    func stop() async {
+        for upstream in upstreams { await upstream.shutdown() }
+    }
+}
+
+/// `/api/` to an upstream over `endpoints` through `[log]` (and `retry` when given).
+func resilienceConfig(_ endpoints: [URL], transport: UpstreamConfig.Transport, retry: RetryConfig? = nil,
+                      configure: (inout UpstreamConfig) -> Void = { _ in }) -> PorticoConfig {
+    var config = PorticoConfig()
+    var upstream = UpstreamConfig(name: "app", endpoints: endpoints)
+    upstream.transport = transport
+    upstream.outlierDetection.consecutiveFailures = 3
+    upstream.outlierDetection.maxEjection = 0.5
+    configure(&upstream)
+    config.upstreams["app"] = upstream
+    config.middleware["log"] = .accessLog(AccessLogConfig())
+    var chain = ["log"]
+    if let retry {
+        config.middleware["retry"] = .retry(retry)
+        chain.append("retry")
+    }
+    config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api/"), upstream: "app", middleware: chain,
+                                 timeout: .seconds(20))]
+    return config
+}
+
+/// A value several tasks change.
+final class Shared<Value: Sendable>: Sendable {
+    private let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func update<R: Sendable>(_ body: @Sendable (inout Value) -> R) -> R { value.withLock { body(&$0) } }
+    var current: Value { value.withLock { $0 } }
+}
+
+/// Issue #34 end to end: several endpoints per upstream on both transports.
+@Suite("Resilience: several endpoints through the real gateway")
+struct ResilienceTests {
+    @Test("one of three upstreams stopped under steady load: with retry no client sees an error",
+          arguments: UpstreamConfig.Transport.allCases)
+    func stoppedUnderLoadWithRetry(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        let log = AccessLogCapture()
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport, retry: quickRetry()), logger: log.logger)
+        let errors = Shared(0), served = Shared(0), stopped = Shared(false)
+        // Four clients, each one request at a time, until 150 requests after the stop.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    var afterStop = 0
+                    while afterStop < 150 {
+                        let response = try await gateway.request("GET", "/api/item")
+                        if response.status == 200 { served.update { $0 += 1 } } else { errors.update { $0 += 1 } }
+                        if stopped.current { afterStop += 1 }
+                    }
+                }
+            }
+            group.addTask {
+                try await Eventually.wait("traffic on every endpoint") { trio.upstreams.allSatisfy { $0.hits("/api/item") >= 10 } }
+                await trio.upstreams[1].shutdown()
+                stopped.update { $0 = true }
+            }
+            try await group.waitForAll()
+        }
+        #expect(errors.current == 0)
+        #expect(served.current >= 600)
+        let endpoints = Set(log.records.compactMap { $0["endpoint"]?.description })
+        #expect(endpoints == Set(trio.upstreams.map { "\($0.host):\($0.port)" }))
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("without retry at most consecutive_failures requests fail; the restarted upstream gets traffic after its ejection",
+          arguments: UpstreamConfig.Transport.allCases)
+    func ejectionAndReturn(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        let clock = ManualClock()
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            $0.outlierDetection.baseEjection = .seconds(30)
+        }, clock: clock)
+        for _ in 0..<6 { _ = try await gateway.request("GET", "/api/item") }
+        let stoppedPort = trio.upstreams[2].port
+        await trio.upstreams[2].shutdown()
+        var failures = 0
+        for _ in 0..<60 {
+            let response = try await gateway.request("GET", "/api/item")
+            if response.status != 200 {
+                #expect(response.status == 502)
+                failures += 1
+            }
+        }
+        #expect(failures == 3)
+
+        let restarted = TestUpstream(host: "127.0.0.3")
+        restarted.route("/api/item", .text("back\n"))
+        try await restarted.start(port: stoppedPort)
+        for _ in 0..<30 { _ = try await gateway.request("GET", "/api/item") }
+        #expect(restarted.hits("/api/item") == 0, "still ejected")
+        clock.advance(by: .seconds(30))
+        for _ in 0..<30 {
+            let response = try await gateway.request("GET", "/api/item")
+            #expect(response.status == 200)
+        }
+        #expect(restarted.hits("/api/item") >= 9)
+        await gateway.stop()
+        await restarted.shutdown()
+        await trio.stop()
+    }
+
+    @Test("an endpoint answering 503 is ejected; one answering 404 is not", arguments: UpstreamConfig.Transport.allCases)
+    func statusClassification(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
+        trio.upstreams[2].route("/api/item", .text("no such item\n", status: 404))
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) { $0.outlierDetection.maxEjection = 1 })
+        var statuses: [Int: Int] = [:]
+        for _ in 0..<60 {
+            statuses[try await gateway.request("GET", "/api/item").status, default: 0] += 1
+        }
+        #expect(statuses[503] == 3)
+        #expect(trio.upstreams[1].hits("/api/item") == 3)
+        #expect(trio.upstreams[2].hits("/api/item") >= 25)
+        #expect(statuses[404] == trio.upstreams[2].hits("/api/item"))
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("2 × max_requests concurrent: the excess gets 503 upstream_overloaded at once, the rest succeed",
+          arguments: UpstreamConfig.Transport.allCases)
+    func circuitBreaker(transport: UpstreamConfig.Transport) async throws {
+        let gate = AsyncGate()
+        let trio = try await EndpointTrio.start { upstream in
+            upstream.route("/api/slow") { _ in
+                await gate.wait()
+                return .text("slow\n")
+            }
+        }
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            var breaker = CircuitBreakerConfig()
+            breaker.maxRequests = 6
+            $0.circuitBreaker = breaker
+        })
+        let refused = Shared<[Duration]>([])
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<12 {
+                group.addTask {
+                    let start = ContinuousClock.now
+                    let response = try await gateway.request("GET", "/api/slow")
+                    if response.status == 503 {
+                        #expect(response.header("retry-after") == "1")
+                        #expect(response.bodyText.contains(#""error":"upstream_overloaded""#))
+                        #expect(response.bodyText.contains(#""request_id":"#))
+                        let elapsed = start.duration(to: .now)
+                        refused.update { $0.append(elapsed) }
+                    }
+                    return response.status
+                }
+            }
+            // The refusals arrive while the admitted requests are still held upstream.
+            try await Eventually.wait("six refusals") { refused.current.count == 6 }
+            gate.open()
+            var statuses: [Int] = []
+            for try await status in group { statuses.append(status) }
+            return statuses
+        }
+        #expect(statuses.filter { $0 == 200 }.count == 6)
+        #expect(statuses.filter { $0 == 503 }.count == 6)
+        let slowest = refused.current.max() ?? .zero
+        #expect(slowest < .seconds(2), "a refusal took \(slowest)")
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("an endpoint that accepts connections and never answers is marked unhealthy by its check and gets no traffic",
+          arguments: UpstreamConfig.Transport.allCases)
+    func hangingEndpointUnhealthy(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[2].route("/api/item", .never)
+        trio.upstreams[2].route("/healthz", .never)
+        let clock = ManualClock()
+        let log = AccessLogCapture()
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            var check = HealthCheckConfig(path: "/healthz")
+            check.interval = .seconds(2)
+            check.timeout = .seconds(1)
+            check.unhealthy = 2
+            $0.healthCheck = check
+        }, logger: log.logger, clock: clock)
+        let upstream = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
+        // Round by round: the checks start (interval), the healthy endpoints' answers are in,
+        // then the hanging one's deadline passes (timeout). The clock never outruns an answer.
+        for round in 1...2 {
+            try await Eventually.wait("three checks waiting") { clock.sleeperCount == 3 }
+            clock.advance(by: .seconds(2))
+            try await Eventually.wait(timeout: .seconds(60), "round \(round): answered checks and the hanging one sent") {
+                upstream.endpoints[0].healthChecksDone == round && upstream.endpoints[1].healthChecksDone == round
+                    && trio.upstreams[2].hits("/healthz") == round
+            }
+            try await Eventually.wait("two checks waiting, one hanging") { clock.sleeperCount == 3 }
+            clock.advance(by: .seconds(1))
+            try await Eventually.wait(timeout: .seconds(60), "round \(round): the hanging check timed out") {
+                upstream.endpoints[2].healthChecksDone == round
+            }
+        }
+        #expect(upstream.endpoints.map(\.currentHealth) == [.healthy, .healthy, .unhealthy])
+        for _ in 0..<30 {
+            #expect(try await gateway.request("GET", "/api/item").status == 200)
+        }
+        #expect(trio.upstreams[2].hits("/api/item") == 0)
+        // Health checks are no requests: one access-log line per client request only.
+        #expect(log.records.count == 30)
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("GET /upstreams on the admin listener: each endpoint's address, state, ejection until when and why, last failure")
+    func adminUpstreams() async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: .nio) {
+            var breaker = CircuitBreakerConfig()
+            breaker.maxRequests = 50
+            $0.circuitBreaker = breaker
+        })
+        let admin = AdminServer(config: { var admin = AdminConfig(); admin.port = 0; return admin }(), gateway: gateway.server,
+                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), metricsText: { [] })
+        try admin.start()
+        for _ in 0..<20 { _ = try await gateway.request("GET", "/api/item") }
+        let connection = try RawHTTPConnection(port: Int(admin.port))
+        try await connection.send("GET /upstreams HTTP/1.1\r\nHost: admin\r\n\r\n")
+        let response = try #require(try await connection.readResponse())
+        #expect(response.status == 200)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+        let upstreams = try #require(json["upstreams"] as? [[String: Any]])
+        let app = try #require(upstreams.first { $0["name"] as? String == "app" })
+        #expect(app["all_down"] as? Bool == false)
+        #expect((app["circuit_breaker"] as? [String: Any])?["max_requests"] as? Int == 50)
+        let endpoints = try #require(app["endpoints"] as? [[String: Any]])
+        #expect(endpoints.compactMap { $0["address"] as? String } == trio.upstreams.map { "\($0.host):\($0.port)" })
+        #expect(endpoints.map { $0["state"] as? String } == ["up", "ejected", "up"])
+        let ejected = endpoints[1]
+        #expect(ejected["ejection_reason"] as? String == "gateway_status")
+        #expect((ejected["ejected_until"] as? String)?.hasSuffix("Z") == true)
+        #expect((ejected["last_failure"] as? [String: Any])?["kind"] as? String == "gateway_status")
+        #expect(ejected["ejections"] as? Int == 1)
+        #expect(endpoints[0]["in_flight"] as? Int == 0)
+        #expect(endpoints[0]["last_failure"] == nil)
+        await admin.stop()
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("a reload under load loses no request and keeps ejection state; an unchanged upstream keeps its very client",
+          arguments: UpstreamConfig.Transport.allCases)
+    func reloadKeepsState(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            $0.outlierDetection.maxEjection = 1
+            $0.outlierDetection.baseEjection = .seconds(600)
+        })
+        for _ in 0..<20 { _ = try await gateway.request("GET", "/api/item") }
+        let before = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
+        #expect(UpstreamReport(gateway.server.gateway.current).upstreams[0].endpoints.map(\.state) == ["up", "ejected", "up"])
+
+        // Unchanged: the same client (pools, records, health) serves on.
+        try gateway.server.reload(gateway.server.config)
+        #expect(gateway.server.gateway.current.upstreams["app"] as AnyObject === before)
+
+        // Changed (balance) under load: a new upstream over the same endpoints' records and clients.
+        let statuses = Shared<[Int: Int]>([:])
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    for _ in 0..<60 {
+                        let status = try await gateway.request("GET", "/api/item").status
+                        statuses.update { $0[status, default: 0] += 1 }
+                    }
+                }
+            }
+            group.addTask {
+                for balance in [BalanceStrategy.random, .leastRequest, .roundRobin] {
+                    try await Eventually.wait("traffic between reloads") { statuses.current.values.reduce(0, +) >= 30 }
+                    var config = gateway.server.config
+                    config.upstreams["app"]?.balance = balance
+                    try gateway.server.reload(config)
+                    statuses.update { $0 = $0.mapValues { _ in 0 } }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(Set(statuses.current.keys) == [200])
+        let after = try #require(gateway.server.gateway.current.upstreams["app"] as? BalancedUpstream)
+        #expect(after !== before)
+        #expect(zip(after.endpoints, before.endpoints).allSatisfy { $0 === $1 })
+        #expect(UpstreamReport(gateway.server.gateway.current).upstreams[0].endpoints.map(\.state) == ["up", "ejected", "up"])
+        #expect(trio.upstreams[1].hits("/api/item") == 3)
+        await gateway.stop()
+        await trio.stop()
+    }
+}
