@@ -152,8 +152,14 @@ public enum ConfigSchema {
         key("schedule_delay", .duration(positive: true), "A finished span waits at most this long for its batch; default 5s."),
     ])
 
-    static let upstream = Section("An upstream service.", [
-        required("url", .url, "http or https, a host, an optional base path; no query or fragment."),
+    static let upstream = Section("An upstream service.", rules: [.exactlyOne(["url", "endpoints"])], [
+        key("url", .url, "http or https, a host, an optional base path; no query or fragment (or endpoints:, not both)."),
+        key("endpoints", .list(.url, unique: true, nonEmpty: true), "Several addresses of one service: one scheme and base path for all, at most 64."),
+        key("balance", words(BalanceStrategy.self), "How an endpoint is picked: round_robin (default), least_request (power of two choices) or random."),
+        key("dns_refresh", .duration(positive: true), "nio, url: with a host name: every address it resolves to is an endpoint, re-resolved this often."),
+        key("health_check", .section(healthCheck), "Active checks per endpoint, off the request path; default none."),
+        key("outlier_detection", .section(outlierDetection), "Passive ejection of failing endpoints; defaults apply when absent."),
+        key("circuit_breaker", .section(circuitBreaker), "Immediate 503 upstream_overloaded past these; default none."),
         key("transport", words(UpstreamConfig.Transport.self), "urlsession (default; Foundation) or nio (Portico's pool on SwiftNIO)."),
         key("connect_timeout", .duration(positive: true), "Default 2s."),
         key("timeout", .duration(positive: true), "One exchange with the upstream; default 15s."),
@@ -164,6 +170,28 @@ public enum ConfigSchema {
             "Send this Host instead of the URL's authority (after header hygiene); not with preserve_host."),
         key("max_response_bytes", .size(), "Larger bodies become 502 upstream_response_too_large; default none on nio, 64MiB on urlsession."),
         key("tls", .section(clientTLS), "TLS to an https:// upstream (nio for any key)."),
+    ])
+
+    static let healthCheck = Section("GET path on each endpoint every interval.", [
+        required("path", .absolutePath, "The path probed, e.g. /healthz."),
+        key("interval", .duration(positive: true), "Default 5s."),
+        key("timeout", .duration(positive: true), "One probe; not above interval; default 1s."),
+        key("healthy", .integer(1...100), "Passes in a row that mark an endpoint healthy; default 2."),
+        key("unhealthy", .integer(1...100), "Failures in a row that mark it unhealthy; default 3."),
+        key("expect", .either([.integer(100...599), .pattern("^[1-5][0-9]{2}(-[1-5][0-9]{2})?$", note: "a status or a range such as 200-399")]),
+            "Statuses that pass; default 200-399."),
+    ])
+
+    static let outlierDetection = Section("Endpoints failing in a row are ejected for base_ejection × times ejected.", [
+        key("consecutive_failures", .integer(1...1000), "Failures in a row that eject; default 5."),
+        key("base_ejection", .duration(positive: true), "Default 30s."),
+        key("max_ejection", .percentage, "Most endpoints ejected at once; never the last one up; default 50%."),
+        key("failures", words(OutlierDetectionConfig.Failures.self), "gateway (default: connect errors, resets, timeouts, 502/503/504) or 5xx (any 5xx too)."),
+    ])
+
+    static let circuitBreaker = Section("Limits for the whole upstream, shared by every thread.", [
+        key("max_requests", .integer(1...1_000_000), "Requests in flight at once; default 1024."),
+        key("max_pending", .integer(0...1_000_000), "Requests waiting for a connection beyond the endpoints' max_connections; default 1024."),
     ])
 
     static let clientTLS = Section("TLS client settings; the urlsession transport on Linux refuses them (use transport: nio).", [

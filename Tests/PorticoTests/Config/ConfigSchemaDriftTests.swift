@@ -145,6 +145,13 @@ struct ConfigSchemaDriftTests {
               headers: { x-api-key: abc }
             upstreams:
               plain: { url: http://127.0.0.1:9000 }
+              pair:
+                endpoints: [http://127.0.0.1:9001, http://127.0.0.2:9001]
+                balance: least_request
+                health_check: { path: /healthz, interval: 5s, timeout: 1s, healthy: 2, unhealthy: 3, expect: 200-399 }
+                outlier_detection: { consecutive_failures: 5, base_ejection: 30s, max_ejection: 50%, failures: gateway }
+                circuit_breaker: { max_requests: 100, max_pending: 10 }
+              named: { url: "http://localhost:9002", transport: nio, dns_refresh: 30s }
               secure:
                 url: https://127.0.0.1:9443
                 transport: nio
