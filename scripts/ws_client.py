@@ -99,7 +99,7 @@ async def wait_close(url, expected):
     async with connect(url + "/hold", ping_interval=None) as ws:
         print("open", flush=True)
         try:
-            await asyncio.wait_for(ws.recv(), 60)
+            await asyncio.wait_for(ws.recv(), 120)
             fail("a message")
         except ConnectionClosed:
             pass
@@ -107,14 +107,43 @@ async def wait_close(url, expected):
             fail(f"close code {ws.close_code}, expected {expected}")
 
 
-async def many(url, count):
+async def wait_for_file(path, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            fail(f"{path} never appeared")
+        await asyncio.sleep(0.05)
+
+
+async def many(url, count, release):
+    """Opens COUNT idle sessions, says so, holds them until the file RELEASE exists, then checks
+    each still echoes."""
     sessions = []
     for _ in range(count):
-        sessions.append(await connect(url + "/hold", ping_interval=None, open_timeout=60))
+        sessions.append(await connect(url + "/echo", ping_interval=None, open_timeout=60))
     print(f"open {count}", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    with open(release + ".open", "w") as marker:
+        marker.write(str(count))
+    await wait_for_file(release)
+    for ws in sessions:
+        await ws.send("still there")
+    for ws in sessions:
+        if await asyncio.wait_for(ws.recv(), 30) != "still there":
+            fail("a session lost its echo")
     for ws in sessions:
         await ws.close()
+
+
+async def reload_echo(url, go):
+    """One session that echoes, waits for the file GO (the test reloads meanwhile), and echoes again."""
+    async with connect(url + "/echo", ping_interval=None) as ws:
+        await ws.send("before")
+        if await ws.recv() != "before":
+            fail("echo before")
+        await wait_for_file(go)
+        await ws.send("after")
+        if await asyncio.wait_for(ws.recv(), 10) != "after":
+            fail("echo after")
 
 
 async def main():
@@ -132,7 +161,9 @@ async def main():
     elif scenario == "wait-close":
         await wait_close(base, int(arg) if arg else None)
     elif scenario == "many":
-        await many(base, int(arg))
+        await many(base, int(arg), sys.argv[4])
+    elif scenario == "reload-echo":
+        await reload_echo(base, arg)
     else:
         fail("unknown scenario")
     print(f"ok {scenario}", flush=True)

@@ -56,14 +56,14 @@ public enum WebSocketLab {
 
     /// Runs the client's `scenario` against `url` (`ws://127.0.0.1:PORT`); returns its exit
     /// status (nil: it did not finish in time) and output.
-    public static func client(_ url: String, _ scenario: String, _ argument: String? = nil,
+    public static func client(_ url: String, _ scenario: String, _ argument: String? = nil, _ more: [String] = [],
                               timeout: Duration = .seconds(120)) async throws -> (status: Int32?, output: String) {
         guard let python else { throw ExternalServer.Failure(description: "Python's websockets is not installed") }
         let directory = try ExternalServer.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let output = directory.appendingPathComponent("out").path
         let process = try ChildProcess(executable: python,
-                                       arguments: [script("ws_client.py"), url, scenario] + (argument.map { [$0] } ?? []),
+                                       arguments: [script("ws_client.py"), url, scenario] + (argument.map { [$0] } ?? []) + more,
                                        standardOutput: .file(output), standardError: .file(output))
         let status = await process.waitForExit(timeout: timeout)
         if status == nil { await process.terminate() }

@@ -85,4 +85,131 @@ struct WebSocketTests {
                 "\(WebSocketLab.events(of: upstream))")
         await gateway.stop()
     }
+
+    @Test("over a TLS listener (libmicrohttpd relays through a socketpair) the echo suite passes too")
+    func tlsListener() async throws {
+        let certificates = try await TestCertificates.shared()
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        var config = try Self.config(upstreamPort: upstream.port)
+        config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
+                                            privateKeyPEM: certificates.server.keyPEM)
+        let gateway = try TestGateway(config)
+        let result = try await WebSocketLab.client("wss://localhost:\(gateway.port)", "tls-echo", certificates.ca.certificateFile)
+        #expect(result.status == 0, "\(result.output)")
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /echo 4001" } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        await gateway.stop()
+    }
+
+    @Test("max_websockets caps the sessions open at once: past it a handshake is answered 503")
+    func maxWebsockets() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, extraListen: ", max_websockets: 1"))
+        let url = "ws://127.0.0.1:\(gateway.port)"
+        let holder = Task { try await WebSocketLab.client(url, "wait-close") }
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /hold") } != nil)
+        let refused = try await gateway.request("GET", "/echo", headers: [
+            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ])
+        #expect(refused.status == 503)
+        #expect(refused.bodyText.contains("overloaded"))
+        // Stopping ends the held session (1001), and the client sees its close.
+        await gateway.stop()
+        let held = try await holder.value
+        #expect(held.status == 0, "\(held.output)")
+    }
+
+    @Test("a reload leaves open sessions alone")
+    func reloadKeepsSessions() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let config = try Self.config(upstreamPort: upstream.port)
+        let gateway = try TestGateway(config)
+        let go = FileManager.default.temporaryDirectory.appendingPathComponent("portico-ws-go-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: go) }
+        let url = "ws://127.0.0.1:\(gateway.port)"
+        let client = Task { try await WebSocketLab.client(url, "reload-echo", go) }
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /echo") } != nil)
+        var changed = config
+        changed.routes[0].websocketIdleTimeout = .seconds(600)
+        try gateway.server.reload(changed)
+        #expect(FileManager.default.createFile(atPath: go, contents: Data()))
+        let result = try await client.value
+        #expect(result.status == 0, "\(result.output)")
+        await gateway.stop()
+    }
+}
+
+/// WebSocket sessions through the `portico` binary: SIGTERM's drain, the access log's line,
+/// the metrics, and memory per idle session.
+@Suite("WebSocket: the portico process", .enabled(if: WebSocketLab.python != nil, "needs Python's websockets (scripts/test installs it)"))
+struct WebSocketProcessTests {
+    static func yaml(upstreamPort: Int, extra: String = "") -> String {
+        """
+        listen: { address: 127.0.0.1, port: 0, threads: 2, shutdown_grace: 300ms\(extra) }
+        admin: { address: 127.0.0.1, port: 0 }
+        logging: { level: info, format: logfmt }
+        upstreams:
+          ws: { url: "http://127.0.0.1:\(upstreamPort)", transport: nio }
+        middleware:
+          log: { type: access_log }
+        routes:
+          - { name: sockets, match: { path_prefix: / }, upstream: ws, websocket: true, middleware: [log] }
+        """
+    }
+
+    @Test("one access-log line per session at its end (bytes each way, duration, how it ended) and the session metrics")
+    func logAndMetrics() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
+        defer { proxy.stop() }
+        let result = try await WebSocketLab.client("ws://127.0.0.1:\(proxy.port)", "echo")
+        #expect(result.status == 0, "\(result.output)")
+        // Both sessions are over once the upstream has seen both closes (a close handshake ends
+        // with the server closing its connection: `upstream_closed`).
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /echo 4001" } != nil)
+        // A client that resets: `client_closed`.
+        let reset = try await WebSocketLab.client("ws://127.0.0.1:\(proxy.port)", "reset")
+        #expect(reset.status == 0, "\(reset.output)")
+        var closes = 0.0
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while ContinuousClock.now < deadline {
+            closes = (try? await proxy.metric("portico_websocket_closes_total")) ?? 0
+            if closes >= 3 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(closes == 3)
+        #expect(try await proxy.metric("portico_websocket_sessions") == 0)
+        // 16 MiB each way, and more.
+        #expect(try await proxy.metric("portico_websocket_bytes_total") > 2 * 16 * 1024 * 1024)
+        let lines = proxy.log.split(separator: "\n").filter { $0.contains("msg=request") && $0.contains("status=101") }
+        #expect(lines.count == 3, "\(proxy.log)")
+        #expect(lines.filter { $0.contains("ended=upstream_closed") }.count == 2, "\(lines)")
+        #expect(lines.filter { $0.contains("ended=client_closed") }.count == 1, "\(lines)")
+        let big = lines.first { $0.contains("ended=upstream_closed") && $0.contains("bytes_in=1677") }
+        let bytesIn = big.flatMap { $0.split(separator: " ").first { $0.hasPrefix("bytes_in=") } }.flatMap { Int($0.dropFirst(9)) }
+        #expect((bytesIn ?? 0) > 16 * 1024 * 1024, "\(String(describing: big))")
+        await proxy.terminate()
+    }
+
+    @Test("SIGTERM: sessions get the grace period, then a close frame 1001 on both sides")
+    func drain() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
+        defer { proxy.stop() }
+        let url = "ws://127.0.0.1:\(proxy.port)"
+        let client = Task { try await WebSocketLab.client(url, "wait-close", "1001") }
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /hold") } != nil)
+        await proxy.terminate()
+        let result = try await client.value
+        #expect(result.status == 0, "\(result.output)")
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /hold 1001" } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        #expect(proxy.log.contains("ended=drained"), "\(proxy.log)")
+    }
 }
