@@ -8,6 +8,7 @@ exits 1. URL is the base, ws://host:port (or wss:// with ARG the CA file for `tl
 """
 import asyncio
 import os
+import resource
 import socket
 import ssl
 import struct
@@ -146,7 +147,14 @@ async def reload_echo(url, go):
             fail("echo after")
 
 
+def raise_descriptor_limit():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 async def main():
+    raise_descriptor_limit()
     if scenario == "echo":
         await echo(base)
     elif scenario == "tls-echo":

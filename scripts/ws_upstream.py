@@ -10,6 +10,7 @@ event: "open PATH authorization=VALUE", "refused authorization=VALUE", "closed P
 close code the client sent, or "none" when the connection ended without one).
 """
 import asyncio
+import resource
 import sys
 
 from websockets.asyncio.server import serve
@@ -62,6 +63,9 @@ async def handler(ws):
 
 
 async def main():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     async with serve(handler, "127.0.0.1", port, process_request=process_request, max_size=None,
                      ping_interval=None, compression=None):
         record("listening")
