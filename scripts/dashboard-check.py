@@ -24,7 +24,7 @@ import urllib.request
 
 from playwright.sync_api import sync_playwright
 
-DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast"]
+DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "websocket"]
 
 
 def wait_for(what, predicate, timeout=30.0, interval=0.25):

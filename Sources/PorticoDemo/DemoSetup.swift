@@ -147,6 +147,11 @@ public final class DemoSetup: Sendable {
         match: { path_prefix: /fast/ }
         upstream: orders-nio
         strip_prefix: true
+      - name: websocket
+        match: { path: /ws/echo }
+        upstream: orders-nio
+        websocket: true
+        middleware: [log]
     """
 
     /// One line the demo prints: a shell command that can be pasted as it is, again and again.
@@ -194,6 +199,9 @@ public final class DemoSetup: Sendable {
             Line(note: "rate limit: 10 at once, then 429; each run keys its own bucket (X-Demo-Run)",
                  command: #"run=$(date +%s%N); for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' -H "X-Demo-Run: $run" \#(base)/limited; done; echo"#,
                  expected: "(200 ){10}(429 ){5}\n"),
+            Line(note: "a WebSocket echo through Portico (needs Python's websockets: pip install websockets)",
+                 command: #"python3 -c 'from websockets.sync.client import connect; ws = connect("ws://127.0.0.1:\#(port)/ws/echo"); ws.send("hello"); print(ws.recv()); ws.close()'"#,
+                 expected: "hello\n"),
             Line(note: "a JSON 404 with a request id", command: "curl -i \(base)/nowhere",
                  expected: #"HTTP/1\.1 404 Not Found\r\n[\s\S]*\r\n\r\n\{"error":"not_found",.*"request_id":".+"\}\n"#),
             Line(note: "every request above, counted by route, method and status",
