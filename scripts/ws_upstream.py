@@ -5,11 +5,13 @@
 
 Paths: /echo echoes every message as it came (text stays text, binary binary); a text message
 "close:CODE" makes it close with CODE; "die" makes it drop the TCP connection without a close
-frame. /refuse answers the handshake 403. /hold sends nothing. Each line of EVENTS_FILE is one
+frame. /refuse answers the handshake 403. /hold sends nothing. /stall reads nothing; /flood
+sends 64 KiB messages until a send stalls for 5 s ("flood stalled after BYTES"). Each line of EVENTS_FILE is one
 event: "open PATH authorization=VALUE", "refused authorization=VALUE", "closed PATH CODE" (the
 close code the client sent, or "none" when the connection ended without one).
 """
 import asyncio
+import os
 import resource
 import sys
 
@@ -38,6 +40,26 @@ async def handler(ws):
     path = ws.request.path
     record(f"open {path} authorization={ws.request.headers.get('Authorization', '')}")
     code = "none"
+    if path == "/stall":
+        # Reads nothing: what the client sends must stop at Portico's and the kernel's buffers.
+        await ws.wait_closed()
+        record(f"closed {path} none")
+        return
+    if path == "/flood":
+        # Sends 64 KiB messages until a send cannot finish within 5 s (nobody reads them).
+        chunk, sent = os.urandom(65536), 0
+        try:
+            while True:
+                await asyncio.wait_for(ws.send(chunk), 5)
+                sent += len(chunk)
+                if sent > (1 << 30):
+                    break
+        except asyncio.TimeoutError:
+            record(f"flood stalled after {sent}")
+        except ConnectionClosed:
+            record(f"flood closed after {sent}")
+        ws.transport.abort()
+        return
     try:
         async for message in ws:
             if path != "/echo":

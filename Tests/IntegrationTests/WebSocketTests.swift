@@ -255,4 +255,54 @@ struct WebSocketProcessTests {
         #expect(result.status == 0, "\(result.output)")
         await proxy.terminate()
     }
+
+    /// What a session may hold in Portico while one side does not read: NIO's write buffer water
+    /// marks (64 KiB high) on the blocked side and one read (at most 64 KiB) from the other,
+    /// plus allocator slack. 8 MiB is far above that and far below what the sender pushes (the
+    /// sender stalls after the kernel's and the peers' buffers are full: several MiB).
+    static let stalledSessionBytesBound = 8 * 1024 * 1024
+
+    @Test("backpressure both ways: a peer that does not read stops the other's sending, and Portico holds no backlog")
+    func backpressure() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
+        defer { proxy.stop() }
+        let url = "ws://127.0.0.1:\(proxy.port)"
+        let warm = try await WebSocketLab.client(url, "echo")
+        #expect(warm.status == 0, "\(warm.output)")
+        let hold = FileManager.default.temporaryDirectory.appendingPathComponent("portico-ws-hold-\(UUID().uuidString)").path
+        defer {
+            try? FileManager.default.removeItem(atPath: hold)
+            try? FileManager.default.removeItem(atPath: hold + ".stalled")
+        }
+
+        // Client to upstream: the upstream reads nothing; the client's sends stall.
+        let before = try proxy.memory().current
+        let sender = Task { try await WebSocketLab.client(url, "stall-upstream", hold) }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(120))
+        while ContinuousClock.now < deadline, !FileManager.default.fileExists(atPath: hold + ".stalled") {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let sent = Int((try? String(contentsOfFile: hold + ".stalled", encoding: .utf8)) ?? "") ?? -1
+        let towardUpstream = try proxy.memory().current - before
+        #expect(sent > 0, "the client never stalled")
+        #expect(towardUpstream < Self.stalledSessionBytesBound, "Portico grew \(towardUpstream) bytes; the client sent \(sent)")
+
+        // Upstream to client: the client reads nothing; the upstream's sends stall.
+        let reader = Task { try await WebSocketLab.client(url, "ignore-flood", hold) }
+        let stalled = await WebSocketLab.waitForEvent(of: upstream, timeout: .seconds(120)) { $0.hasPrefix("flood stalled after") }
+        let towardClient = try proxy.memory().current - before
+        #expect(stalled != nil, "\(WebSocketLab.events(of: upstream))")
+        #expect(towardClient < Self.stalledSessionBytesBound, "Portico grew \(towardClient) bytes; \(stalled ?? "")")
+        print("websocket backpressure: client sent \(sent) before stalling, Portico grew \(towardUpstream) bytes; "
+              + "\(stalled ?? "no stall"), Portico grew \(towardClient) bytes")
+
+        #expect(FileManager.default.createFile(atPath: hold, contents: Data()))
+        let senderResult = try await sender.value
+        let readerResult = try await reader.value
+        #expect(senderResult.status == 0, "\(senderResult.output)")
+        #expect(readerResult.status == 0, "\(readerResult.output)")
+        await proxy.terminate()
+    }
 }
