@@ -102,6 +102,95 @@ struct WebSocketTests {
         await gateway.stop()
     }
 
+    @Test("rate_limit counts the handshake: past the limit a handshake is answered 429 and never reaches the upstream")
+    func rateLimitCountsHandshakes() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let config = try ConfigLoader.load(yaml: """
+            upstreams:
+              ws: { url: "http://127.0.0.1:\(upstream.port)", transport: nio }
+            middleware:
+              limit: { type: rate_limit, key: route, rate: 1/h, burst: 1 }
+            routes:
+              - { name: sockets, match: { path_prefix: / }, upstream: ws, websocket: true, middleware: [limit] }
+            """, environment: [:])
+        let gateway = try TestGateway(config)
+        let first = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "refused")
+        #expect(first.status == 0, "\(first.output)")
+        let second = try await gateway.request("GET", "/refuse", headers: [
+            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ])
+        #expect(second.status == 429)
+        #expect(WebSocketLab.events(of: upstream).filter { $0.hasPrefix("refused") }.count == 1)
+        await gateway.stop()
+    }
+
+    @Test("an upgraded connection is not closed by listen.idle_timeout (libmicrohttpd's): only websocket_idle_timeout applies")
+    func listenIdleTimeoutDoesNotApply() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, extraListen: ", idle_timeout: 1s"))
+        let go = FileManager.default.temporaryDirectory.appendingPathComponent("portico-ws-go-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: go) }
+        let url = "ws://127.0.0.1:\(gateway.port)"
+        let client = Task { try await WebSocketLab.client(url, "reload-echo", go) }
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /echo") } != nil)
+        // Quiet for well past the listener's idle timeout (what is tested is that nothing happens meanwhile).
+        try await Task.sleep(for: .milliseconds(2500))
+        #expect(FileManager.default.createFile(atPath: go, contents: Data()))
+        let result = try await client.value
+        #expect(result.status == 0, "\(result.output)")
+        await gateway.stop()
+    }
+
+    @Test("upgraded connections count toward listen.connection_limit")
+    func connectionLimitCountsSessions() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, extraListen: ", connection_limit: 2"))
+        let url = "ws://127.0.0.1:\(gateway.port)"
+        let holders = (0..<2).map { _ in Task { try await WebSocketLab.client(url, "wait-close") } }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+        while ContinuousClock.now < deadline, WebSocketLab.events(of: upstream).filter({ $0.hasPrefix("open /hold") }).count < 2 {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(WebSocketLab.events(of: upstream).filter { $0.hasPrefix("open /hold") }.count == 2)
+        // Two sessions hold the two connections: a third connection is closed unanswered.
+        let third = try gateway.connect()
+        try? await third.send("GET /ping HTTP/1.1\r\nHost: gw\r\n\r\n")
+        let answer = try? await third.readResponse()
+        #expect(answer == nil)
+        await gateway.stop()
+        for holder in holders {
+            let held = try await holder.value
+            #expect(held.status == 0, "\(held.output)")
+        }
+    }
+
+    @Test("tracing: one server span for the session, ended when the session ends, with how it ended; the demo's echo route")
+    func tracingSpan() async throws {
+        let receiver = try await OTLPReceiver.start()
+        defer { receiver.stop() }
+        let demo = try TracingTests.Demo(tracingEndpoint: receiver.endpoint)
+        let go = FileManager.default.temporaryDirectory.appendingPathComponent("portico-ws-go-\(UUID().uuidString)").path
+        #expect(FileManager.default.createFile(atPath: go, contents: Data()))
+        defer { try? FileManager.default.removeItem(atPath: go) }
+        // ws://…/ws + /echo: the demo's echo route.
+        let result = try await WebSocketLab.client("ws://127.0.0.1:\(demo.gateway.port)/ws", "reload-echo", go)
+        #expect(result.status == 0, "\(result.output)")
+        let spans = try await receiver.waitForSpans("the session's server span") { spans in
+            spans.contains { $0.kind == "server" && $0.attributes["portico.websocket.end"] != nil }
+        }
+        await demo.stop()
+        let servers = spans.filter { $0.kind == "server" }
+        #expect(servers.count == 1, "\(spans)")
+        let server = try #require(servers.first)
+        #expect(server.name == "GET /ws/echo")
+        #expect(server.attributes["http.response.status_code"] == .int(101))
+        #expect(server.attributes["portico.websocket.bytes_in"] != nil)
+    }
+
     @Test("max_websockets caps the sessions open at once: past it a handshake is answered 503")
     func maxWebsockets() async throws {
         let upstream = try await WebSocketLab.upstream()

@@ -91,9 +91,12 @@ public final class Gateway: Sendable {
                 answer = response(for: error, context: exchange.context)
             }
             let code = answer.status.code
-            if exchange.request.upgrade != nil || answer.tunnel != nil || code == 101 {
+            if answer.tunnel != nil || code == 101 {
                 return switched(answer, exchange: exchange, method: serverRequest.method, since: start)
             }
+            // A handshake answered without switching (401, 403, 426…): no session; the answer
+            // goes back as any other.
+            if exchange.request.upgrade != nil { websockets.leave() }
             if answer.body.isStreamed {
                 guard HTTPSyntax.responseHasBody(status: code, toHead: exchange.isHead) else {
                     // Never read: its upstream is released now.
@@ -114,11 +117,10 @@ public final class Gateway: Sendable {
         }, requestID: exchange.context.requestID, upload: exchange.upload)
     }
 
-    /// The answer to an upgrade request (or any 101): a 101 with its tunnel becomes the
+    /// A 101, or an answer with a tunnel: a 101 with its tunnel to an upgrade request becomes the
     /// session (`UpgradeSession`), handed the client's connection once the head is sent; a 101
-    /// without one (an upstream switching protocols unasked) is a 502; anything else goes back
-    /// as an ordinary response. The request leaves its in-flight places at its answer; the
-    /// session holds its `max_websockets` place until it ends.
+    /// without one (an upstream switching protocols unasked) is a 502. The request leaves its
+    /// in-flight places at its answer; the session holds its `max_websockets` place until it ends.
     private func switched(_ answer: GatewayResponse, exchange: RoutedRequest, method: String,
                           since start: ContinuousClock.Instant) -> ServerResponse {
         defer { exchange.leave() }
@@ -126,15 +128,12 @@ public final class Gateway: Sendable {
         let requestID = exchange.context.requestID
         guard answer.status.code == 101, let tunnel = answer.tunnel, exchange.request.upgrade != nil else {
             answer.tunnel?.abandon()
-            if exchange.request.upgrade != nil { websockets.leave() }
-            var answer = answer
-            if answer.status.code == 101 {
-                exchange.context.logger.warning("the upstream switched protocols for a request that did not ask to upgrade")
-                answer = GatewayError(.upstreamProtocolError, message: "the upstream switched protocols unasked")
-                    .response(requestID: requestID)
-            }
             answer.discardBody()
-            return finished(finish(answer, requestID: requestID, isHead: exchange.isHead),
+            if exchange.request.upgrade != nil { websockets.leave() }
+            exchange.context.logger.warning("the upstream switched protocols for a request that did not ask to upgrade")
+            let refusal = GatewayError(.upstreamProtocolError, message: "the upstream switched protocols unasked")
+                .response(requestID: requestID)
+            return finished(finish(refusal, requestID: requestID, isHead: exchange.isHead),
                             route: route.name, method: method, since: start)
         }
         let metrics = self.metrics
