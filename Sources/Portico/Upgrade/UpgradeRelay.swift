@@ -58,7 +58,12 @@ final class RelayHandler: ChannelDuplexHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        // The channel is gone: the references to the partner and the session go too (the session
+        // keeps both handlers, for its summary; they must not keep it).
         self.context = nil
+        partner = nil
+        session = nil
+        held = []
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -60,15 +60,16 @@ final class UpgradeSession: ConnectionUpgradeHandler, @unchecked Sendable {
     // MARK: On the loop
 
     private func start(_ connection: UpgradedConnection) {
-        self.connection = connection
         started = .now
         lastActivity = .now()
         guard reason == nil else {
-            // Ended before the client's side came (the server stopping): give it back at once.
+            // Ended before the client's side came (the upstream closed, the server stopping):
+            // give it back at once.
             Glibc.close(connection.socket)
             connection.close()
             return
         }
+        self.connection = connection
         let client = NIOLoopBound(self.client, eventLoop: loop)
         openSides += 1
         // The channel is registered on `loop`: its initializer runs there.
@@ -161,6 +162,8 @@ final class UpgradeSession: ConnectionUpgradeHandler, @unchecked Sendable {
         if reason == nil { end(side == .client ? .clientClosed : .upstreamClosed, goingAway: false) }
         guard openSides == 0, !reported else { return }
         reported = true
+        // The upgraded connection holds this session as its handler: the session lets it go.
+        connection = nil
         let summary = UpgradeSummary(bytesFromClient: client.bytesRead, bytesFromUpstream: tunnel.relay.value.bytesRead,
                                      duration: started.map { $0.duration(to: .now) } ?? .zero,
                                      reason: reason ?? .upstreamClosed)
