@@ -156,7 +156,11 @@ let package = Package(
         // `portico demo`'s upstream and IdP: shipped in the binary, so kept apart from the test fixtures.
         .target(
             name: "PorticoDemo",
-            dependencies: ["Portico", "MicroHTTPD"],
+            dependencies: ["Portico", "MicroHTTPD",
+                           // The demo's WebSocket echo (issue #35): NIO's frame codecs on the upgraded socket.
+                           .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "NIOWebSocket", package: "swift-nio")],
             swiftSettings: strict
         ),
         .target(

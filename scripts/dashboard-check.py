@@ -25,7 +25,7 @@ import urllib.request
 
 from playwright.sync_api import sync_playwright
 
-DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "pair", "spare"]
+DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "pair", "spare", "websocket"]
 
 
 def wait_for(what, predicate, timeout=30.0, interval=0.25):

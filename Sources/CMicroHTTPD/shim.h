@@ -163,4 +163,14 @@ static inline struct MHD_Response *portico_mhd_create_head_response(uint64_t con
     return MHD_create_response_from_callback(content_length, 4096, &portico_mhd_no_content, NULL, NULL);
 }
 
+/* Upgrade (issue #35): the 101 response that hands the connection over, and the one way to
+   give it back. libmicrohttpd owns the upgraded socket (on a TLS listener, one end of the
+   socketpair it relays through): the application never close()s it, it calls
+   MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE) once, and libmicrohttpd closes it on its thread. */
+static const enum MHD_FEATURE portico_feature_upgrade = MHD_FEATURE_UPGRADE;
+static const unsigned int portico_allow_upgrade = MHD_ALLOW_UPGRADE;
+static inline enum MHD_Result portico_mhd_upgrade_close(struct MHD_UpgradeResponseHandle *urh) {
+    return MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
 #endif

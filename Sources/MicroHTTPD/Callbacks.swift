@@ -49,6 +49,12 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
     case portico_notify_closed:
         guard let raw = socketContext.pointee else { return }
         let context = Unmanaged<ConnectionContext>.fromOpaque(raw).takeRetainedValue()
+        if let handoff = context.upgradeHandoff, !handoff.delivered { handoff.handler.abandoned() }
+        context.upgradeHandoff = nil
+        if let upgraded = context.upgraded {
+            context.upgraded = nil
+            shard(cls).upgradeEnded(upgraded)
+        }
         context.suspension?.close()
         context.timer.markClosed()
         let core = shard(cls)
@@ -76,6 +82,11 @@ let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, te
     guard let context = connectionContext(connection) else { return }
     context.request = nil
     let core = shard(cls)
+    if let handoff = context.upgradeHandoff, !handoff.delivered {
+        // A 101 queued but never sent (the client left first): the handler lets its session go.
+        context.upgradeHandoff = nil
+        handoff.handler.abandoned()
+    }
     if let upload = context.upload {
         // The connection failed mid-body (the client left, or was too slow).
         context.upload = nil
@@ -363,6 +374,7 @@ private func fitted(_ response: ServerResponse, after request: RequestInProgress
     var head = 64  // status line and Content-Length
     for (name, value) in response.headers { head += name.utf8.count + value.utf8.count + 4 }
     guard head > limits.connectionMemoryBytes - used else { return response }
+    if case .upgrade(let handler) = response.payload { handler.abandoned() }
     core.log("a response head of \(head) bytes does not fit in the \(limits.connectionMemoryBytes - used) bytes of connection "
              + "memory its request left (listen.max_header_bytes sets it): answered 502")
     return limits.refusalResponse(.responseHeadTooLarge, nil, nil)
@@ -380,6 +392,10 @@ private func queue(_ response: ServerResponse, on connection: OpaquePointer, isH
     if case .stream(let source, _) = response.payload, isHead || !(100...599).contains(response.status) {
         // Never read: a HEAD answer carries only the length.
         source.close(delivered: true)
+    }
+    if case .upgrade(let handler) = payload {
+        return queueUpgrade(status: status, headers: response.headers, handler: handler, on: connection,
+                            context: context, core: core)
     }
     let mhdResponse: OpaquePointer?
     var streaming: StreamingResponse?
@@ -447,6 +463,10 @@ private func makeResponse(_ payload: ServerResponse.Payload) -> OpaquePointer? {
             if response == nil { retained.release() }
             return response
         }
+    case .upgrade(let handler):
+        // Handled by `queueUpgrade`; never reached.
+        handler.abandoned()
+        return MHD_create_response_from_buffer(0, nil, portico_respmem_must_copy)
     case .stream(let source, _):
         // Only without a connection to suspend (cannot happen): nothing to send.
         source.close(delivered: false)
@@ -458,4 +478,37 @@ private func makeResponse(_ payload: ServerResponse.Payload) -> OpaquePointer? {
 private let releaseSharedBytes: MHD_ContentReaderFreeCallback = { context in
     guard let context else { return }
     Unmanaged<AnyObject>.fromOpaque(context).release()
+}
+
+/// Queues a `101 Switching Protocols` whose connection `handler` takes over once the head is sent
+/// (`mhdUpgradeHandler`). libmicrohttpd wants `Connection` (with the `upgrade` token) as the
+/// response's first header and an `Upgrade` header; it refuses anything else, and the handler
+/// then hears `abandoned` and the client a 502.
+private func queueUpgrade(status: Int, headers: [(name: String, value: String)], handler: any ConnectionUpgradeHandler,
+                          on connection: OpaquePointer, context: ConnectionContext, core: DaemonShard) -> MHD_Result {
+    let handoff = UpgradeHandoff(handler: handler, shard: core, context: context)
+    let hasUpgrade = headers.contains { $0.name.isFieldName("upgrade") }
+    guard status == 101, hasUpgrade, let mhdResponse = MHD_create_response_for_upgrade(
+        mhdUpgradeHandler, Unmanaged.passUnretained(handoff).toOpaque()) else {
+        handler.abandoned()
+        core.log("an upgrade response without status 101 or an Upgrade header: answered 500")
+        return queue(core.configuration.refusalResponse(.upgradeFailed, nil, nil), on: connection, isHead: false,
+                     draining: true, context: context, core: core)
+    }
+    defer { MHD_destroy_response(mhdResponse) }
+    let connectionValue = headers.first { $0.name.isFieldName("connection") }?.value ?? "Upgrade"
+    _ = connectionValue.withCString { MHD_add_response_header(mhdResponse, "Connection", $0) }
+    for (name, value) in headers where !name.isFieldName("connection") && !ServerResponse.isFramingField(name) {
+        _ = name.withCString { name in value.withCString { value in MHD_add_response_header(mhdResponse, name, value) } }
+    }
+    // Held by the context until the callback runs or the connection ends (libmicrohttpd's
+    // response has no free callback to release it with).
+    context.upgradeHandoff = handoff
+    let queued = MHD_queue_response(connection, UInt32(status), mhdResponse)
+    if queued != portico_yes {
+        context.upgradeHandoff = nil
+        handler.abandoned()
+        core.log("libmicrohttpd refused an upgrade response (an HTTP/1.0 client, or no upgrade token): closing the connection")
+    }
+    return queued
 }

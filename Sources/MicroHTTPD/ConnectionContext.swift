@@ -18,6 +18,9 @@ final class ConnectionContext {
     var upload: Upload?
     /// A streamed response being sent.
     var streaming: StreamingResponse?
+    /// A queued 101 whose head is not yet sent (`queueUpgrade`), and then the upgraded connection.
+    var upgradeHandoff: UpgradeHandoff?
+    var upgraded: UpgradedConnection?
     let clientAddress: String
     let timer: ConnectionTimer
     /// Suspends and resumes this connection (`nil` only without a connection pointer).

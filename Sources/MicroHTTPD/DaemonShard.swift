@@ -48,6 +48,9 @@ final class DaemonShard: Sendable {
     /// Every open connection of this thread, by its timer: the timer for the watchdog, the handle
     /// for `answerRefusal`.
     private let connections = Mutex<[ObjectIdentifier: (timer: ConnectionTimer, handle: ConnectionHandle?)]>([:])
+    /// Upgraded connections (`UpgradedConnection`), added by the daemon thread when the 101 head
+    /// is sent and removed by it when libmicrohttpd closes the connection: `stop` ends them.
+    private let upgrades = Mutex<[ObjectIdentifier: UpgradedConnection]>([:])
     /// Suspended requests' connections, watched for their clients leaving (the executor's).
     let requestHangUps = HangUpWatch()
     /// Streaming responses' connections (added and removed by the daemon thread).
@@ -134,6 +137,21 @@ final class DaemonShard: Sendable {
         streams.withLock { $0[ObjectIdentifier(stream)] = stream }
         streamHangUps.watch(stream, on: stream.timer)
     }
+
+    /// An upgraded connection starts (the daemon thread, in libmicrohttpd's upgrade callback).
+    func upgradeStarted(_ connection: UpgradedConnection) {
+        upgrades.withLock { $0[ObjectIdentifier(connection)] = connection }
+    }
+
+    /// libmicrohttpd closed an upgraded connection (the daemon thread, its close notification).
+    func upgradeEnded(_ connection: UpgradedConnection) {
+        _ = upgrades.withLock { $0.removeValue(forKey: ObjectIdentifier(connection)) }
+        quiescence.poke()
+    }
+
+    /// Upgraded connections still open.
+    var upgradeCount: Int { upgrades.withLock { $0.count } }
+    var upgradedConnections: [UpgradedConnection] { upgrades.withLock { Array($0.values) } }
 
     /// A response stream's request completed (or its connection closed).
     func streamEnded(_ stream: StreamingResponse) {

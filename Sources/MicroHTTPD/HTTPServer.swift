@@ -68,6 +68,12 @@ public final class HTTPServer: Sendable {
     /// cancelled (libmicrohttpd itself does not watch a suspended connection).
     public var clientHangUps: Int { core.shards.reduce(0) { $0 + $1.hangUps } }
 
+    /// Upgraded connections (`ServerResponse.Payload.upgrade`) still open.
+    public var upgradedConnections: Int { core.upgradeCount }
+
+    /// Whether this libmicrohttpd can hand a connection over after a 101 (`MHD_FEATURE_UPGRADE`).
+    public static var upgradeSupported: Bool { MHD_is_feature_supported(portico_feature_upgrade) == portico_yes }
+
     /// Where the server is in its life.
     public var lifecycle: ServerLifecycle { core.lifecycle }
 

@@ -53,6 +53,7 @@ final class ServerCore: Sendable {
     var port: UInt16 { state.withLock { $0.port } }
     var inFlightCount: Int { shards.reduce(0) { $0 + $1.inFlightCount } }
     var streamCount: Int { shards.reduce(0) { $0 + $1.streamCount } }
+    var upgradeCount: Int { shards.reduce(0) { $0 + $1.upgradeCount } }
     var lifecycle: ServerLifecycle { lifecycleState.current }
 
     @discardableResult
@@ -81,6 +82,13 @@ final class ServerCore: Sendable {
         var flags = MHD_USE_POLL_INTERNAL_THREAD.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_ITC.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
 
+        // Upgrades (WebSocket, issue #35) need libmicrohttpd built with them; without, a 101
+        // cannot be handed over and `HTTPServer.upgradeSupported` says so.
+        if HTTPServer.upgradeSupported {
+            flags |= portico_allow_upgrade
+        } else {
+            log("this libmicrohttpd has no upgrade support (MHD_FEATURE_UPGRADE): upgrade requests cannot be served")
+        }
         if lifecycle != .created { throw .alreadyStarted }
         var tls: DaemonTLSMemory?
         if let settings = configuration.tls {
@@ -196,7 +204,7 @@ final class ServerCore: Sendable {
         let graceDeadline = clock.now.advanced(by: grace)
         try? await Task.sleep(for: min(grace, .milliseconds(250)))
         _ = await quiescence.wait(timeout: clock.now.duration(to: graceDeadline)) { [self] in
-            inFlightCount == 0 && streamCount == 0
+            inFlightCount == 0 && streamCount == 0 && upgradeCount == 0
         }
         // From this instant a request completed now is answered 503 at once instead of being
         // handed to a task. Whatever is still running (or was admitted just before closing) is
@@ -211,7 +219,11 @@ final class ServerCore: Sendable {
             }
             let streams = inFlight.flatMap(\.streams)
             for stream in streams { stream.abort() }
-            return streams.isEmpty && shards.allSatisfy { $0.admitted == 0 }
+            // Upgraded connections past the grace: their handlers end them (a WebSocket's says
+            // goodbye with 1001 first) and give them back to libmicrohttpd.
+            let upgraded = shards.flatMap(\.upgradedConnections)
+            for connection in upgraded { connection.handler.serverStopping() }
+            return streams.isEmpty && upgraded.isEmpty && shards.allSatisfy { $0.admitted == 0 }
         }
         _ = await quiescence.wait(timeout: .seconds(5), until: answerAll)
         // Tasks answered for by the server (or cancelled) may still be winding down: they end
@@ -224,7 +236,11 @@ final class ServerCore: Sendable {
         }
         for watchdog in watchdogs { watchdog.cancel() }
         for watchdog in watchdogs { await watchdog.value }
+        // Upgraded connections still open are closed by MHD_stop_daemon itself: their handles
+        // die with it, so a late `close` must not reach libmicrohttpd.
+        for connection in shards.flatMap(\.upgradedConnections) { connection.forgetHandle() }
         for pointer in daemon.pointers { MHD_stop_daemon(pointer) }
+        for connection in shards.flatMap(\.upgradedConnections) { connection.handler.serverStopping() }
         advance(to: .stopped)
         // Connections libmicrohttpd closed without a close notification keep no descriptor of ours.
         for shard in shards { shard.forgetConnections() }

@@ -19,6 +19,8 @@ public enum ServerRefusal: Sendable, Equatable {
     case deadlineExceeded
     /// The handler's response head does not fit in the connection memory its request left: 502.
     case responseHeadTooLarge
+    /// The handler's `101` could not be sent as an upgrade (libmicrohttpd refused it): 500.
+    case upgradeFailed
 
     /// The status the refusal is answered with.
     public var status: Int {
@@ -30,6 +32,7 @@ public enum ServerRefusal: Sendable, Equatable {
         case .shuttingDown: 503
         case .deadlineExceeded: 504
         case .responseHeadTooLarge: 502
+        case .upgradeFailed: 500
         }
     }
 
@@ -43,6 +46,7 @@ public enum ServerRefusal: Sendable, Equatable {
         case .shuttingDown: "the server is shutting down"
         case .deadlineExceeded: "the request was not answered within its deadline"
         case .responseHeadTooLarge: "the response head is too large to send"
+        case .upgradeFailed: "the connection could not be upgraded"
         }
     }
 

@@ -20,6 +20,10 @@ public struct ServerResponse: Sendable {
         /// Bytes that flow while they are sent (`length`: a declared `Content-Length`; without
         /// one the body is sent chunked, or to an HTTP/1.0 client until the connection closes).
         case stream(any ResponseBodySource, length: UInt64?)
+        /// No body: a `101 Switching Protocols` whose connection `handler` takes over once the
+        /// head is sent (`ConnectionUpgradeHandler`). The headers must include `Connection:
+        /// upgrade` and `Upgrade`; the server never adds `Connection: close` to it.
+        case upgrade(any ConnectionUpgradeHandler)
     }
 
     public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
@@ -43,7 +47,7 @@ public struct ServerResponse: Sendable {
             switch payload {
             case .bytes(let bytes): bytes
             case .shared(let owner): owner.withUnsafeBytes { Array($0) }
-            case .stream: []
+            case .stream, .upgrade: []
             }
         }
         set { payload = .bytes(newValue) }

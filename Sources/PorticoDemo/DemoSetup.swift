@@ -171,6 +171,11 @@ public final class DemoSetup: Sendable {
         upstream: orders-spare
         strip_prefix: true
         middleware: [log]
+      - name: websocket
+        match: { path: /ws/echo }
+        upstream: orders-nio
+        websocket: true
+        middleware: [log]
     """
 
     /// One line the demo prints: a shell command that can be pasted as it is, again and again.
@@ -231,6 +236,9 @@ public final class DemoSetup: Sendable {
             Line(note: "each endpoint: state, ejection until when and why, in flight, last failure",
                  command: "curl -s http://127.0.0.1:\(adminPort)/upstreams", expected: #"\{"upstreams":[\s\S]*\}\n"#,
                  usesAdmin: true),
+            Line(note: "a WebSocket echo through Portico (needs Python's websockets: pip install websockets)",
+                 command: #"python3 -c 'from websockets.sync.client import connect; ws = connect("ws://127.0.0.1:\#(port)/ws/echo"); ws.send("hello"); print(ws.recv()); ws.close()'"#,
+                 expected: "hello\n"),
             Line(note: "a JSON 404 with a request id", command: "curl -i \(base)/nowhere",
                  expected: #"HTTP/1\.1 404 Not Found\r\n[\s\S]*\r\n\r\n\{"error":"not_found",.*"request_id":".+"\}\n"#),
             Line(note: "every request above, counted by route, method and status",

@@ -65,6 +65,7 @@ public final class DemoUpstream: Sendable {
                                           body: Array("identity provider \(path.hasSuffix("/up") ? "up" : "down")\n".utf8))
                 }
             }
+            if path == "/ws/echo", let handshake = DemoWebSocketEcho.answer(request) { return .now(handshake) }
             guard path == "/events" else { return .now(respond(request)) }
             let count = request.target.split(separator: "count=").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) } ?? 10
             return .now(ServerResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")],

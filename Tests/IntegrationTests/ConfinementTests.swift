@@ -13,6 +13,8 @@ struct ConfinementTests {
         "cap: listen.connection_limit",
         "cap: listen.max_in_flight",
         "cap: upstreams.up.max_connections",
+        // Taken per WebSocket handshake and session end only (issue #35); not by plain requests.
+        "cap: listen.max_websockets",
     ]
 
     struct Instance: Decodable {

@@ -13,7 +13,13 @@ struct DemoTests {
         let lines = DemoSetup.lines(port: gateway.port, adminPort: 0).filter { !$0.usesAdmin }
         for round in 1...2 {
             for line in lines {
-                let output = try await Shell.run(line.command)
+                var command = line.command
+                if command.hasPrefix("python3 ") {
+                    // The WebSocket line needs Python's websockets: scripts/test's environment has it.
+                    guard let python = WebSocketLab.python else { continue }
+                    command = python + command.dropFirst("python3".count)
+                }
+                let output = try await Shell.run(command)
                 let expected = try Regex(line.expected)
                 #expect(output.wholeMatch(of: expected) != nil, "paste \(round): \(line.command)\n\(output)")
             }
@@ -32,7 +38,7 @@ struct DemoTests {
             if let note = line.note { #expect(printed.contains("# \(note)")) }
         }
         #expect(banner.contains("admin on http://127.0.0.1:9901"))
-        let commands = printed.filter { $0.hasPrefix("curl") || $0.hasPrefix("run=") || $0.hasPrefix("for ") }
+        let commands = printed.filter { $0.hasPrefix("curl") || $0.hasPrefix("run=") || $0.hasPrefix("for ") || $0.hasPrefix("python3 ") }
         #expect(commands.count == lines.count)
     }
 }

@@ -109,6 +109,9 @@ public enum ConfigLoader {
         m.read("defaults", into: &config.defaults) { $0.mapping().map { DefaultsConfig.parse($0, names: names) } }
         m.read("tracing", into: &config.tracing) { $0.mapping().flatMap(TracingConfig.parse) }
 
+        names.upstreamTransports = config.upstreams.mapValues(\.transport)
+        names.middlewareTypes = config.middleware.mapValues(\.typeName)
+        names.defaultMiddleware = config.defaults.middleware
         if let routes = m.required("routes"), !routes.isNull {
             config.routes = RouteConfig.parseList(routes, names: names)
             if case .sequence(let items) = routes.node, items.isEmpty {

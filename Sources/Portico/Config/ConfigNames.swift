@@ -6,4 +6,10 @@ struct ConfigNames {
     var credentials: [String] = []
     var middleware: [String] = []
     var stores: [String] = []
+    /// Filled in once the sections they come from are parsed, for the routes' WebSocket checks
+    /// (`RouteConfig.checkUpgrade`): each upstream's transport, each middleware's `type`, and
+    /// `defaults.middleware`.
+    var upstreamTransports: [String: UpstreamConfig.Transport] = [:]
+    var middlewareTypes: [String: String] = [:]
+    var defaultMiddleware: [String] = []
 }

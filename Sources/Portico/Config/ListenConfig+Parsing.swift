@@ -16,6 +16,7 @@ extension ListenConfig {
         m.read("max_body_bytes", into: &c.maxBodyBytes) { $0.size(minimum: 0) }
         m.read("buffer_request_body", into: &c.bufferRequestBody) { $0.size(minimum: 0) }
         m.read("max_in_flight", into: &c.maxInFlight) { $0.int(in: 0...Int.max) }
+        m.read("max_websockets", into: &c.maxWebsockets) { $0.int(in: 0...Int.max) }
         m.read("drain_delay", into: &c.drainDelay) { $0.duration() }
         m.read("shutdown_grace", into: &c.shutdownGrace) { $0.duration() }
         m.read("tls", into: &c.tls) { $0.mapping().flatMap(ListenTLSConfig.parse) }

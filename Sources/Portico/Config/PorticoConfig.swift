@@ -76,6 +76,9 @@ public struct ListenConfig: Sendable, Equatable {
     /// Requests in flight at once over all routes; past it, 503 `overloaded` at once. 0: no cap
     /// (connections are still capped by `connectionLimit`).
     public var maxInFlight: Int = 4096
+    /// Upgraded (WebSocket) sessions open at once on this listener; past it a handshake is
+    /// answered 503 `overloaded`. 0: no cap but `connectionLimit` (sessions count toward it).
+    public var maxWebsockets: Int = 0
     /// On SIGTERM: keep accepting this long after /readyz turns 503 (load balancers notice).
     public var drainDelay: Duration = .zero
     /// On SIGTERM: in-flight requests get this long to finish.
@@ -173,10 +176,18 @@ public struct RouteConfig: Sendable, Equatable {
     public var streamIdleTimeout: Duration = .seconds(60)
     /// The longest a streamed response may last; `nil`: no limit.
     public var maxStreamDuration: Duration?
+    /// Protocols a client may upgrade to (`websocket: true` is `["websocket"]`); empty: none,
+    /// and `Upgrade` is dropped as any hop-by-hop field.
+    public var upgrade: [String] = []
+    /// An upgraded session with no byte either way for this long is closed (`websocket_idle_timeout`).
+    public var websocketIdleTimeout: Duration = .seconds(3600)
 
     public init(name: String, match: Match, upstream: String? = nil, direct: Direct? = nil,
                 stripPrefix: Bool = false, middleware: [String]? = nil, timeout: Duration? = nil,
-                maxInFlight: Int? = nil, streamIdleTimeout: Duration = .seconds(60), maxStreamDuration: Duration? = nil) {
+                maxInFlight: Int? = nil, streamIdleTimeout: Duration = .seconds(60), maxStreamDuration: Duration? = nil,
+                upgrade: [String] = [], websocketIdleTimeout: Duration = .seconds(3600)) {
+        self.upgrade = upgrade
+        self.websocketIdleTimeout = websocketIdleTimeout
         self.streamIdleTimeout = streamIdleTimeout
         self.maxStreamDuration = maxStreamDuration
         self.name = name

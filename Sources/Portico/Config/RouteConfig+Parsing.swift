@@ -52,13 +52,18 @@ extension RouteConfig {
         m.read("stream_idle_timeout", into: &streamIdleTimeout) { $0.duration(positive: true) }
         var maxStreamDuration: Duration?
         m.read("max_stream_duration", into: &maxStreamDuration) { $0.duration(positive: true) }
+        let upgrade = RouteConfig.parseUpgrade(m, upstream: upstream, direct: directNode != nil, middleware: middleware,
+                                               names: names)
+        var websocketIdleTimeout: Duration = .seconds(3600)
+        m.read("websocket_idle_timeout", into: &websocketIdleTimeout) { $0.duration(positive: true) }
         m.finish()
 
         guard let name, let match, upstream != nil || direct != nil else { return (name, nil) }
         return (name, RouteConfig(name: name, match: match, upstream: upstream, direct: direct,
                                   stripPrefix: stripPrefix, middleware: middleware, timeout: timeout,
                                   maxInFlight: maxInFlight, streamIdleTimeout: streamIdleTimeout,
-                                  maxStreamDuration: maxStreamDuration))
+                                  maxStreamDuration: maxStreamDuration, upgrade: upgrade,
+                                  websocketIdleTimeout: websocketIdleTimeout))
     }
 }
 
@@ -149,5 +154,65 @@ extension ConfigNode {
             result.append(method)
         }
         return result
+    }
+}
+
+extension RouteConfig {
+    /// The middleware types a WebSocket handshake cannot go through: a cached, compressed or
+    /// retried handshake makes no sense (a cache could even answer it), so `check` refuses them
+    /// on an upgrade route rather than skipping them silently.
+    static let upgradeRefusedMiddleware: Set<String> = ["cache", "compress", "retry"]
+
+    /// `websocket: true` (the short form of `upgrade: [websocket]`) or `upgrade: [TOKEN, …]`: the
+    /// protocols a client may upgrade to on this route. Only a proxy route on a `nio` upstream
+    /// can carry one (`urlsession` cannot relay an upgraded connection; see README "WebSocket"),
+    /// and its chain must hold no `cache`, `compress` or `retry`.
+    static func parseUpgrade(_ m: ConfigMapping, upstream: String?, direct: Bool, middleware: [String]?,
+                             names: ConfigNames) -> [String] {
+        var protocols: [String] = []
+        var websocket: Bool?
+        m.read("websocket", into: &websocket) { $0.bool() }
+        if websocket == true { protocols = ["websocket"] }
+        var listed: [String]?
+        m.read("upgrade", into: &listed) { node in
+            guard let items = node.list() else { return nil }
+            var tokens: [String] = []
+            for item in items {
+                guard let value = item.scalar() else { continue }
+                let token = value.text.lowercased()
+                guard HTTPSyntax.isToken(token) else {
+                    item.error("invalid upgrade protocol \(value.shown) (expected a token such as websocket)")
+                    continue
+                }
+                if !tokens.contains(token) { tokens.append(token) }
+            }
+            return tokens
+        }
+        if let listed {
+            if websocket == false, listed.contains("websocket") {
+                m.value("websocket")?.error("is false but upgrade lists websocket")
+            }
+            for token in listed where !protocols.contains(token) { protocols.append(token) }
+        }
+        guard !protocols.isEmpty else { return [] }
+        let node = m.value("upgrade") ?? m.value("websocket")
+        if direct {
+            node?.error("an upgrade needs an upstream: a direct route cannot switch protocols")
+            return protocols
+        }
+        if let upstream, names.upstreamTransports[upstream] == .urlsession {
+            node?.error("upstream \(upstream.quotedForMessage) uses transport: urlsession, which cannot relay an upgraded "
+                        + "connection on Linux (FoundationNetworking's URLSessionWebSocketTask re-frames messages and "
+                        + "hides ping/pong); set transport: nio on that upstream")
+        }
+        let chain = middleware ?? names.defaultMiddleware
+        let refused = chain.filter { names.middlewareTypes[$0].map(upgradeRefusedMiddleware.contains) ?? false }
+        if !refused.isEmpty {
+            let which = refused.map { "\($0.quotedForMessage) (\(names.middlewareTypes[$0] ?? ""))" }.joined(separator: ", ")
+            node?.error("cache, compress and retry do not apply to an upgrade, and this route's middleware has "
+                        + "\(which)\(middleware == nil ? " from defaults.middleware" : ""): give the route a middleware "
+                        + "list without them")
+        }
+        return protocols
     }
 }

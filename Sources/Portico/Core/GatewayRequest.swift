@@ -8,6 +8,11 @@ public struct GatewayRequest: Sendable {
     public var clientAddress: String
     /// The protocol version the client spoke ("HTTP/1.1").
     public var version: String
+    /// The protocol this request asks to switch to (`websocket`), set by the gateway only on a
+    /// route that opted in (`RouteConfig.upgrade`) for a GET with `Connection: upgrade` and
+    /// `Upgrade: TOKEN`: the transport then forwards both fields and may answer with a tunnel
+    /// (`GatewayResponse.tunnel`). `nil`: an ordinary request, `Upgrade` dropped as hop-by-hop.
+    public var upgrade: String?
 
     public init(head: HTTPRequest, body: Body = .empty, clientAddress: String = "", version: String = "HTTP/1.1") {
         self.head = head

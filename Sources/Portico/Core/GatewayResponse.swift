@@ -4,6 +4,9 @@ import HTTPTypes
 public struct GatewayResponse: Sendable {
     public var head: HTTPResponse
     public var body: Body
+    /// For a `101` to an upgrade request: the upstream connection that switched protocols,
+    /// out of its pool, waiting to be joined to the client's (`UpgradeSession`).
+    public var tunnel: UpstreamTunnel?
 
     public init(head: HTTPResponse, body: Body = .empty) {
         self.head = head

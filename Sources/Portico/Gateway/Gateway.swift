@@ -16,6 +16,8 @@ public final class Gateway: Sendable {
     private let installing = Mutex(())
     /// `listen.max_in_flight`, over every route; the cap follows reloads, the count carries over.
     private let inFlight: InFlightLimit
+    /// `listen.max_websockets`: upgraded sessions open at once (with their handshakes).
+    private let websockets: InFlightLimit
     let logger: Logger
     let clock: any GatewayClock
     let metrics: GatewayMetrics
@@ -28,6 +30,7 @@ public final class Gateway: Sendable {
         self.runtimes = (0..<max(1, threads)).map { _ in RuntimeSlot(runtime) }
         self.scheme = scheme
         self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight, name: "listen.max_in_flight")
+        self.websockets = InFlightLimit(limit: runtime.config.listen.maxWebsockets, name: "listen.max_websockets")
         self.logger = logger
         self.clock = clock
         self.metrics = metrics
@@ -49,6 +52,7 @@ public final class Gateway: Sendable {
     public func install(_ new: GatewayRuntime) -> GatewayRuntime {
         installing.withLock { _ in
             inFlight.limit = new.config.listen.maxInFlight
+            websockets.limit = new.config.listen.maxWebsockets
             let old = current
             for slot in runtimes { slot.runtime.withLock { $0 = new } }
             return old
@@ -87,6 +91,12 @@ public final class Gateway: Sendable {
                 answer = response(for: error, context: exchange.context)
             }
             let code = answer.status.code
+            if answer.tunnel != nil || code == 101 {
+                return switched(answer, exchange: exchange, method: serverRequest.method, since: start)
+            }
+            // A handshake answered without switching (401, 403, 426…): no session; the answer
+            // goes back as any other.
+            if exchange.request.upgrade != nil { websockets.leave() }
             if answer.body.isStreamed {
                 guard HTTPSyntax.responseHasBody(status: code, toHead: exchange.isHead) else {
                     // Never read: its upstream is released now.
@@ -105,6 +115,37 @@ public final class Gateway: Sendable {
             return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
                             route: exchange.route.name, method: serverRequest.method, since: start)
         }, requestID: exchange.context.requestID, upload: exchange.upload)
+    }
+
+    /// A 101, or an answer with a tunnel: a 101 with its tunnel to an upgrade request becomes the
+    /// session (`UpgradeSession`), handed the client's connection once the head is sent; a 101
+    /// without one (an upstream switching protocols unasked) is a 502. The request leaves its
+    /// in-flight places at its answer; the session holds its `max_websockets` place until it ends.
+    private func switched(_ answer: GatewayResponse, exchange: RoutedRequest, method: String,
+                          since start: ContinuousClock.Instant) -> ServerResponse {
+        defer { exchange.leave() }
+        let route = exchange.route
+        let requestID = exchange.context.requestID
+        guard answer.status.code == 101, let tunnel = answer.tunnel, exchange.request.upgrade != nil else {
+            answer.tunnel?.abandon()
+            answer.discardBody()
+            if exchange.request.upgrade != nil { websockets.leave() }
+            exchange.context.logger.warning("the upstream switched protocols for a request that did not ask to upgrade")
+            let refusal = GatewayError(.upstreamProtocolError, message: "the upstream switched protocols unasked")
+                .response(requestID: requestID)
+            return finished(finish(refusal, requestID: requestID, isHead: exchange.isHead),
+                            route: route.name, method: method, since: start)
+        }
+        let metrics = self.metrics
+        let websockets = self.websockets
+        metrics.upgrades.opened(route: route.name)
+        let session = UpgradeSession(tunnel: tunnel, idleTimeout: route.websocketIdleTimeout) { summary in
+            metrics.upgrades.closed(route: route.name, summary)
+            websockets.leave()
+        }
+        var response = finish(answer, requestID: requestID, isHead: false)
+        response.payload = .upgrade(session)
+        return finished(response, route: route.name, method: method, since: start)
     }
 
     /// Answers a request the server refused once its head was read (a head over
@@ -166,7 +207,7 @@ public final class Gateway: Sendable {
         let requestID = RequestID.accepted(from: serverRequest)
         let isHead = serverRequest.method == "HEAD"
 
-        let request: GatewayRequest
+        var request: GatewayRequest
         var upload: StreamedUploadSink?
         var streamedBody: Body?
         if let streamed = serverRequest.streamedBody {
@@ -215,6 +256,16 @@ public final class Gateway: Sendable {
                                      route: route))
         }
 
+        if !route.upgrade.isEmpty, let asked = UpgradeRequest.protocolAsked(request), route.upgrade.contains(asked) {
+            guard websockets.tryEnter() else {
+                route.inFlight?.leave()
+                inFlight.leave()
+                metrics.overloaded(route: route.name)
+                return .answered(Refusal(error: .overloaded(route: route.name), requestID: requestID, isHead: isHead,
+                                         route: route))
+            }
+            request.upgrade = asked
+        }
         var deadline = clock.now.advanced(by: serverRequest.deadline - .now)
         if let timeout = route.timeout { deadline = min(deadline, clock.now.advanced(by: timeout)) }
         var context = RequestContext(requestID: requestID, route: route.name, upstream: route.upstream,

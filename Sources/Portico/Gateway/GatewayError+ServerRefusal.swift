@@ -11,6 +11,7 @@ extension GatewayError {
         case .shuttingDown: .shuttingDown
         case .deadlineExceeded: .requestTimeout
         case .responseHeadTooLarge: .responseHeadTooLarge
+        case .upgradeFailed: .internalError
         }
         self.init(kind, message: refusal.message)
     }

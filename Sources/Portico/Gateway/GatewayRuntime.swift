@@ -129,7 +129,8 @@ public final class GatewayRuntime: Sendable {
                               maxRequestBodyBytes: route.upstream.flatMap { upstreams[$0] }
                                   .flatMap { $0.config.transport == .urlsession ? $0.config.maxRequestBodyBytes : nil },
                               responder: MiddlewareChain(chain, endpoint: stripping).traced(by: tracing, route: route),
-                              accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first)
+                              accessLog: chain.lazy.compactMap { $0 as? AccessLogMiddleware }.first,
+                              upgrade: Set(route.upgrade), websocketIdleTimeout: route.websocketIdleTimeout)
             routes.append(built)
         }
         self.router = Router(routes: routes)

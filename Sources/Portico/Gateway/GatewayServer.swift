@@ -103,6 +103,11 @@ public final class GatewayServer: Sendable {
     /// Binds the listener; returns the bound port.
     @discardableResult
     public func start() throws -> UInt16 {
+        if !HTTPServer.upgradeSupported, let route = config.routes.first(where: { !$0.upgrade.isEmpty }) {
+            // Checked at start (MHD_FEATURE_UPGRADE): such a handshake would be answered 500.
+            logger.error("this libmicrohttpd was built without upgrade support: WebSocket handshakes cannot be relayed",
+                         metadata: ["route": .string(route.name)])
+        }
         let port = try server.start()
         logger.info("listening", metadata: ["address": .string(listen.address), "port": .stringConvertible(port),
                                             "tls": .stringConvertible(listen.tls != nil),

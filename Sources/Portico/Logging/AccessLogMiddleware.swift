@@ -64,6 +64,21 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
         let sendsBody = request.method != .head
         switch outcome {
         case .success(var response):
+            if let tunnel = response.tunnel {
+                // An upgraded session: its one line is written when it ends, with the bytes each
+                // way (`bytes_in` from the client, `bytes_out` to it), its duration and how it ended.
+                let head = GatewayRequest(head: request.head, body: .empty, clientAddress: request.clientAddress,
+                                          version: request.version)
+                let status = response.status.code
+                let handshake = start.duration(to: clock.now)
+                tunnel.onEnd { [self] summary in
+                    log(head, context: context, status: status, bytesIn: summary.bytesFromClient,
+                        bytesOut: summary.bytesFromUpstream, error: nil,
+                        timing: Timing(ttfb: handshake, duration: handshake + summary.duration, ended: .complete,
+                                       session: summary.reason))
+                }
+                return response
+            }
             guard sendsBody, response.body.isStreamed else {
                 let now = clock.now
                 log(request, context: context, status: response.status.code, bytesIn: uploadCounter?.bytes,
@@ -102,6 +117,8 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
         var ttfb: Duration?
         var duration: Duration
         var ended: StreamEnding
+        /// For an upgraded session: how it ended, written as `ended` instead.
+        var session: UpgradeEndReason? = nil
     }
 
     /// `bytesIn`: what was read of a streamed upload; `nil` for the request body's own length.
@@ -149,7 +166,7 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
             "bytes_in": .stringConvertible(request.bytesIn),
             "bytes_out": .stringConvertible(bytesOut),
             "duration_ms": .string(Self.milliseconds(timing.duration)),
-            "ended": .string(timing.ended.rawValue),
+            "ended": .string(timing.session?.rawValue ?? timing.ended.rawValue),
         ]
         if let ttfb = timing.ttfb { metadata["ttfb_ms"] = .string(Self.milliseconds(ttfb)) }
         if let route { metadata["route"] = .string(route) }

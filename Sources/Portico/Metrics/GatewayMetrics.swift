@@ -33,6 +33,8 @@ public final class GatewayMetrics: Sendable {
     private let openStreams: Meter
     private let reloads: LabelledCounters
     private let overloads: LabelledCounters
+    /// Upgraded (WebSocket) sessions: open per route, bytes each way, closes by reason.
+    let upgrades: UpgradeMetrics
 
     public static let requestDurationBuckets: [Duration] = [
         .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
@@ -58,6 +60,7 @@ public final class GatewayMetrics: Sendable {
         openStreams = Meter(label: "portico_open_streams", dimensions: [], factory: factory)
         reloads = LabelledCounters("portico_config_reloads_total", factory: factory)
         overloads = LabelledCounters("portico_overloaded_requests_total", factory: factory)
+        upgrades = UpgradeMetrics(factory: factory)
         Gauge(label: "portico_build_info", dimensions: [("version", PorticoVersion.string)], factory: factory).record(1)
     }
 

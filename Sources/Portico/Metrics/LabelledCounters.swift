@@ -19,7 +19,7 @@ final class LabelledCounters: Sendable {
         }, localize: CounterCell.init)
     }
 
-    func increment(_ dimensions: [(String, String)]) {
-        counters[dimensions.flatMap { [$0.0, $0.1] }].increment()
+    func increment(_ dimensions: [(String, String)], by amount: Int64 = 1) {
+        counters[dimensions.flatMap { [$0.0, $0.1] }].increment(by: amount)
     }
 }

@@ -21,6 +21,10 @@ public final class Route: Sendable {
     /// The largest request body its endpoint can take, below the listener's (`urlsession` reads a
     /// streamed upload whole): a larger declared length is refused at the head, unread.
     public let maxRequestBodyBytes: Int?
+    /// Protocols a client may upgrade to on this route (`websocket: true`: `websocket`); empty: none.
+    public let upgrade: Set<String>
+    /// An upgraded session quiet both ways this long is closed (`websocket_idle_timeout`).
+    public let websocketIdleTimeout: Duration
     /// The route's middleware around its endpoint.
     public let responder: any Responder
     /// The outermost `access_log` of the route's chain: it also logs the requests the gateway
@@ -30,7 +34,10 @@ public final class Route: Sendable {
     public init(name: String, matcher: Matcher, stripPrefix: Bool = false, upstream: String? = nil,
                 timeout: Duration? = nil, streamIdleTimeout: Duration = .seconds(60), maxStreamDuration: Duration? = nil,
                 inFlight: InFlightLimit? = nil, maxRequestBodyBytes: Int? = nil, responder: any Responder,
-                accessLog: AccessLogMiddleware? = nil) {
+                accessLog: AccessLogMiddleware? = nil, upgrade: Set<String> = [],
+                websocketIdleTimeout: Duration = .seconds(3600)) {
+        self.upgrade = upgrade
+        self.websocketIdleTimeout = websocketIdleTimeout
         self.maxRequestBodyBytes = maxRequestBodyBytes
         self.name = name
         self.matcher = matcher

@@ -104,6 +104,20 @@ struct TracedRoute: Responder {
     private func ended(_ span: any Span, with answer: GatewayResponse, request: GatewayRequest,
                        context: RequestContext) -> GatewayResponse {
         let status = answer.status.code
+        if let tunnel = answer.tunnel {
+            // One span for an upgraded session: from the handshake to the session's end.
+            tunnel.onEnd { summary in
+                if span.isRecording {
+                    span.updateAttributes { attributes in
+                        attributes["portico.websocket.end"] = summary.reason.rawValue
+                        attributes["portico.websocket.bytes_in"] = summary.bytesFromClient
+                        attributes["portico.websocket.bytes_out"] = summary.bytesFromUpstream
+                    }
+                }
+                end(span, status: status, failure: nil, context: context)
+            }
+            return answer
+        }
         guard answer.body.isStreamed, request.method != .head else {
             end(span, status: status, failure: nil, context: context)
             return answer

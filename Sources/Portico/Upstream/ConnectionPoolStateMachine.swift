@@ -302,6 +302,17 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
         return action
     }
 
+    /// A connection leaves the pool for good, open (it switched protocols: `UpstreamTunnel`):
+    /// its slot of the cap is given back, as for a closed one, but it is not closed.
+    mutating func detach(_ connection: Connection, now: NIODeadline) -> Action {
+        var action = Action.none
+        guard case .running = phase, open.removeValue(forKey: connection.id) != nil else { return action }
+        cap.release()
+        serveWaiters(now: now, into: &action)
+        if waiters.isEmpty { slotsFreed(into: &action) }
+        return action
+    }
+
     /// The sweep timer fired: idle connections unused for `idleTimeout` (or closed by the
     /// upstream) are closed, and the sweep is scheduled for the next one to expire.
     mutating func sweepFired(now: NIODeadline) -> Action {

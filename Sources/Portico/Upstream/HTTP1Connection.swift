@@ -105,7 +105,8 @@ struct HTTP1Connection: Sendable {
                     }
                     // No outbound header validation: the fields come from `HTTPFields`, whose names are
                     // checked and whose values are made legal when built (measured ~1 µs a request).
-                    try pipeline.addHTTPClientHandlers(enableOutboundHeaderValidation: false)
+                    // `forwardBytes`: what the decoder read past a 101's head goes on to the tunnel's relay.
+                    try pipeline.addHTTPClientHandlers(leftOverBytesStrategy: .forwardBytes, enableOutboundHeaderValidation: false)
                     let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil)
                     handler.limitHandshake(to: timeout, on: channel.eventLoop, failure: timeoutFailure)
                     try pipeline.addHandler(handler)

@@ -162,7 +162,10 @@ final class HTTP1ConnectionPool: Sendable {
         }
         do {
             let response = try await connection.execute(exchange)
-            if let finished = response.finished {
+            if response.tunnel != nil {
+                // Switched protocols: the connection leaves the pool, open.
+                onLoop(share) { [self] in perform(share.machine.detach(connection, now: .now()), on: share) }
+            } else if let finished = response.finished {
                 // Completed on the connection's loop: the share's.
                 finished.whenComplete { [self] result in
                     release(connection, reusable: (try? result.get()) ?? false, on: share)

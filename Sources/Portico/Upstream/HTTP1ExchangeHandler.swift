@@ -32,6 +32,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         let requestIsHead: Bool
         let makeRelay: HTTP1Exchange.RelayFactory?
         let requestAsksClose: Bool
+        /// The request asked to switch protocols: a 101 ends the exchange with a tunnel.
+        let upgrade: Bool
         var head: HTTPResponseHead?
         var body: ByteBuffer?
         /// Once the response streams: where its parts go, and what hears how it ended
@@ -40,7 +42,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         var finished: EventLoopPromise<Bool>?
 
         init(complete: @escaping Completion, limit: Int, requestIsHead: Bool,
-             makeRelay: HTTP1Exchange.RelayFactory?, requestAsksClose: Bool) {
+             makeRelay: HTTP1Exchange.RelayFactory?, requestAsksClose: Bool, upgrade: Bool) {
+            self.upgrade = upgrade
             self.complete = complete
             self.limit = limit
             self.requestIsHead = requestIsHead
@@ -54,6 +57,9 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         case connecting(EventLoopPromise<Void>)
         case idle
         case exchanging(ResponseInProgress)
+        /// Switched protocols (a 101 to an upgrade request): this handler is on its way out of
+        /// the pipeline, and the connection out of its pool (`UpstreamTunnel`).
+        case upgraded
         case closed
     }
 
@@ -104,7 +110,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         let head = request.head
         state = .exchanging(ResponseInProgress(complete: complete, limit: request.limit, requestIsHead: request.requestIsHead,
                                      makeRelay: request.makeRelay,
-                                     requestAsksClose: !head.isKeepAlive || request.upload != nil))
+                                     requestAsksClose: !head.isKeepAlive || request.upload != nil || request.upgrade,
+                                     upgrade: request.upgrade))
         if let deadline = request.deadline {
             // A callback, not `scheduleTask`: no promise and future made (and dropped) per request.
             do {
@@ -159,7 +166,18 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            exchange.head = head  // 1xx never arrive: the decoder drops them
+            exchange.head = head  // 1xx never arrive (the decoder drops them), but 101
+            if head.status == .switchingProtocols {
+                guard exchange.upgrade else {
+                    // A protocol switch nobody asked for: the bytes after it are not HTTP.
+                    fail(UpstreamError.protocolError("101 Switching Protocols to a request that did not ask to upgrade"))
+                    return
+                }
+                // Reads wait until the client's side joins (`RelayHandler`).
+                cancelExchangeTimeout()
+                readsPaused = true
+                return
+            }
             let limit = exchange.limit
             switch ResponseBodyPlan(head: head, requestIsHead: exchange.requestIsHead, limit: limit) {
             case .tooLarge:
@@ -204,6 +222,10 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 fail(UpstreamError.protocolError("no response head"))
                 return
             }
+            if head.status == .switchingProtocols {
+                switchProtocols(head, exchange: exchange, context: context)
+                return
+            }
             cancelExchangeTimeout()
             let reusable = head.isKeepAlive && !exchange.requestAsksClose && context.channel.isActive
             state = reusable ? .idle : .closed
@@ -235,6 +257,8 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
                                       : UpstreamError.connectionClosed("closed before the body was complete"))
         case .idle, .closed:
             state = .closed
+        case .upgraded:
+            break
         }
         context.fireChannelInactive()
     }
@@ -252,6 +276,36 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
         if readHeld, let context {
             readHeld = false
             context.read()
+        }
+    }
+
+    /// A 101 answered an upgrade request: the HTTP codecs and this handler leave the pipeline
+    /// and a `RelayHandler` takes the connection's bytes (what the decoder had read past the head
+    /// is forwarded to it as it is removed); the exchange completes with the tunnel.
+    private func switchProtocols(_ head: HTTPResponseHead, exchange: ResponseInProgress, context: ChannelHandlerContext) {
+        state = .upgraded
+        cancelExchangeTimeout()
+        let channel = context.channel
+        let relay = RelayHandler(side: .upstream)
+        let complete = exchange.complete.take()
+        // On the next turn: this runs inside the decoder's own read, which must not be removed under it.
+        context.eventLoop.assumeIsolated().execute {
+            do {
+                let pipeline = channel.pipeline.syncOperations
+                try pipeline.addHandler(relay)
+                let own = try pipeline.context(handler: self)
+                pipeline.removeHandler(context: own, promise: nil)
+                let decoder = try pipeline.context(handlerType: ByteToMessageHandler<HTTPResponseDecoder>.self)
+                pipeline.removeHandler(context: decoder, promise: nil)
+                let encoder = try pipeline.context(handlerType: HTTPRequestEncoder.self)
+                pipeline.removeHandler(context: encoder, promise: nil)
+            } catch {
+                channel.close(promise: nil)
+                complete?(.failure(UpstreamError.connectionClosed("the connection closed as it switched protocols")))
+                return
+            }
+            complete?(.success(HTTP1Response(head: head, body: ByteBuffer(), reusable: false,
+                                             tunnel: UpstreamTunnel(channel: channel, relay: relay))))
         }
     }
 
@@ -281,6 +335,10 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
             }
         case .idle, .closed:
             if closedBy == nil { closedBy = error }
+        case .upgraded:
+            // Removed from the pipeline (`handlerRemoved`): the tunnel owns the connection now.
+            state = .upgraded
+            return
         }
         context?.close(promise: nil)
     }
@@ -319,6 +377,9 @@ struct HTTP1Exchange: Sendable {
     /// connection's loop; `nil`: the caller bounds it.
     var deadline: NIODeadline? = nil
     var requestIsHead: Bool
+    /// The request asks to switch protocols (`GatewayRequest.upgrade`): a 101 hands the
+    /// connection over (`HTTP1Response.tunnel`); without it a 101 is a protocol error.
+    var upgrade = false
     /// The relay for a response body that streams, given its declared length and how to
     /// cancel the exchange (close the connection); `nil`: every body is collected whole.
     var makeRelay: RelayFactory?
@@ -338,4 +399,6 @@ struct HTTP1Response: Sendable {
     var reusable: Bool
     /// A streamed body's end: `true` when the connection may carry another request.
     var finished: EventLoopFuture<Bool>? = nil
+    /// After a 101 to an upgrade request: the connection, out of the pool for good.
+    var tunnel: UpstreamTunnel? = nil
 }

@@ -52,6 +52,11 @@ final class NIOUpstream: UpstreamClient {
 
     nonisolated(nonsending) func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         var fields = Self.requestFields(request, config: config, upstreamHost: config.sentHost(target))
+        if let upgrade = request.upgrade {
+            // Hop-by-hop, so dropped above; an upgrade route forwards the switch it asks for.
+            fields.append(("Connection", "Upgrade"))
+            fields.append(("Upgrade", upgrade))
+        }
         let body = request.body.buffer.flatMap { $0.readableBytes > 0 ? $0 : nil }
         // A streamed request body goes up as it arrives (see `UpstreamUpload` for its timeouts).
         let upload = request.body.isStreamed ? UpstreamUpload(request.body, context: context) : nil
@@ -85,6 +90,7 @@ final class NIOUpstream: UpstreamClient {
                                      requestIsHead: request.method == .head) { length, cancel in
             StreamedResponseRelay(length: length, limit: limit, upstream: upstream, context: context, cancel: cancel)
         }
+        exchange.upgrade = request.upgrade != nil
         do {
             // The deadline bounds the wait for the response head (a streamed response body then
             // flows under its watchdog); the exchange is cancelled at the deadline, which closes
@@ -103,6 +109,15 @@ final class NIOUpstream: UpstreamClient {
                 response = try await withUpstreamDeadline(deadline, clock: context.clock) { [exchange] in
                     try await pool.execute(exchange)
                 }
+            }
+            if let tunnel = response.tunnel {
+                var switched = Self.makeResponse(response.head, body: .empty)
+                // Hop-by-hop fields, dropped by `makeResponse`: the client's switch needs them back.
+                switched.headerFields.append(HTTPField(name: .connection, value: "Upgrade"))
+                switched.headerFields.append(HTTPField(name: .upgrade, value: response.head.headers["upgrade"].first
+                                                       ?? request.upgrade ?? "websocket"))
+                switched.tunnel = tunnel
+                return switched
             }
             return Self.makeResponse(response.head, body: response.stream.map { Body(stream: $0) } ?? Body(response.body))
         } catch {

@@ -119,6 +119,22 @@ struct ConnectionPoolStateMachineTests {
         #expect(machine.connectionCount == 0)
     }
 
+    @Test("a connection that switched protocols leaves the pool open: its slot goes back (to a waiter first), it is not closed")
+    func detachedForUpgrade() {
+        let cap = SharedCap(name: "detached")
+        var machine = Self.machine(limit: 1, cap: cap)
+        let c1 = Self.open(&machine, 1)
+        Self.wait(&machine, "a", deadline: Self.t0 + .seconds(2))
+        let action = machine.detach(c1, now: Self.t0)
+        #expect(action.close.isEmpty, "the tunnel owns the connection now")
+        #expect(Self.describe(action.handovers) == ["a→connect"])
+        #expect(cap.current == 1, "the waiter's new connection holds the slot")
+        #expect(machine.connectionCount == 1)
+        // Released later by mistake (or shut down): the pool no longer knows it.
+        #expect(machine.release(c1, reusable: true, now: Self.t0).close.isEmpty)
+        #expect(machine.shutdown().close.isEmpty)
+    }
+
     @Test("a failed connect gives its slot back")
     func connectFailed() {
         let cap = SharedCap(name: "failed")
