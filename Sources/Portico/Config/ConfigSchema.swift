@@ -118,6 +118,7 @@ public enum ConfigSchema {
         key("max_body_bytes", .size(minimum: 0), "Request body limit (413 beyond); default 10MiB."),
         key("buffer_request_body", .size(minimum: 0), "A declared body up to this is read whole first (replayable by retry and auth); default 64KiB."),
         key("max_in_flight", .integer(0...Int.max), "Requests in flight over all routes; beyond, 503 overloaded; 0 = no cap; default 4096."),
+        key("max_websockets", .integer(0...Int.max), "Upgraded (WebSocket) sessions open at once; beyond, 503 overloaded; 0 = no cap; default 0."),
         key("drain_delay", .duration(), "On SIGTERM keep accepting this long after /readyz turns 503; default 0."),
         key("shutdown_grace", .duration(), "On SIGTERM in-flight requests get this long; default 30s."),
         key("tls", .section(listenTLS), "Serve HTTPS; default plain HTTP."),
@@ -341,6 +342,10 @@ public enum ConfigSchema {
         key("max_in_flight", .integer(1...Int.max), "This route's own cap (503 overloaded beyond); default none."),
         key("stream_idle_timeout", .duration(positive: true), "Longest silence between two chunks of a streamed body; default 60s."),
         key("max_stream_duration", .duration(positive: true), "Longest a streamed response may last; default none."),
+        key("websocket", .boolean, "Pass WebSocket handshakes through (nio upstreams; short for upgrade: [websocket]); default false."),
+        key("upgrade", .list(.pattern("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", note: "a protocol token such as websocket"), unique: true),
+            "Protocols a client may switch to through this route; default none."),
+        key("websocket_idle_timeout", .duration(positive: true), "Close a session with no byte either way for this long; default 1h."),
     ])
 
     static let match = Section("At least one of path, path_prefix, host; methods narrows further.",
