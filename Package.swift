@@ -89,6 +89,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                // SHA-1 names a script for EVALSHA.
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),
@@ -160,7 +162,9 @@ let package = Package(
                            // The demo's WebSocket echo (issue #35): NIO's frame codecs on the upgraded socket.
                            .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio"),
-                           .product(name: "NIOWebSocket", package: "swift-nio")],
+                           .product(name: "NIOWebSocket", package: "swift-nio"),
+                           // SHA-1 of the handshake's Sec-WebSocket-Accept.
+                           .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strict
         ),
         .target(

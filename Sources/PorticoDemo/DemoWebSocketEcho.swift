@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import MicroHTTPD
 import NIOCore
@@ -20,7 +21,8 @@ final class DemoWebSocketEcho: ConnectionUpgradeHandler {
     static func answer(_ request: ServerRequest) -> ServerResponse? {
         guard request.method == "GET", request.header("upgrade")?.lowercased() == "websocket",
               let key = request.header("sec-websocket-key") else { return nil }
-        let accept = Data(SHA1.digest(Array((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8))).base64EncodedString()
+        // SHA-1 because RFC 6455 fixes it for Sec-WebSocket-Accept (it protects nothing).
+        let accept = Data(Insecure.SHA1.hash(data: Array((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8))).base64EncodedString()
         return ServerResponse(status: 101, headers: [("Connection", "Upgrade"), ("Upgrade", "websocket"),
                                                      ("Sec-WebSocket-Accept", accept)],
                               payload: .upgrade(DemoWebSocketEcho()))
@@ -86,39 +88,3 @@ final class DemoWebSocketEcho: ConnectionUpgradeHandler {
     }
 }
 
-/// SHA-1 (FIPS 180-4), for the handshake's `Sec-WebSocket-Accept` only (RFC 6455 fixes it;
-/// it protects nothing).
-enum SHA1 {
-    static func digest(_ message: [UInt8]) -> [UInt8] {
-        var h: [UInt32] = [0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0]
-        var bytes = message
-        let bitLength = UInt64(message.count) * 8
-        bytes.append(0x80)
-        while bytes.count % 64 != 56 { bytes.append(0) }
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
-        var w = [UInt32](repeating: 0, count: 80)
-        for chunk in stride(from: 0, to: bytes.count, by: 64) {
-            for i in 0..<16 {
-                let j = chunk + i * 4
-                w[i] = UInt32(bytes[j]) << 24 | UInt32(bytes[j + 1]) << 16 | UInt32(bytes[j + 2]) << 8 | UInt32(bytes[j + 3])
-            }
-            for i in 16..<80 {
-                let x = w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]
-                w[i] = x << 1 | x >> 31
-            }
-            var (a, b, c, d, e) = (h[0], h[1], h[2], h[3], h[4])
-            for i in 0..<80 {
-                let (f, k): (UInt32, UInt32) = switch i {
-                case 0..<20: ((b & c) | (~b & d), 0x5A827999)
-                case 20..<40: (b ^ c ^ d, 0x6ED9EBA1)
-                case 40..<60: ((b & c) | (b & d) | (c & d), 0x8F1BBCDC)
-                default: (b ^ c ^ d, 0xCA62C1D6)
-                }
-                let temp = (a << 5 | a >> 27) &+ f &+ e &+ k &+ w[i]
-                (e, d, c, b, a) = (d, c, b << 30 | b >> 2, a, temp)
-            }
-            h[0] = h[0] &+ a; h[1] = h[1] &+ b; h[2] = h[2] &+ c; h[3] = h[3] &+ d; h[4] = h[4] &+ e
-        }
-        return h.flatMap { value in (0..<4).map { UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32($0))) } }
-    }
-}

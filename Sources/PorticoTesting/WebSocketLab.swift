@@ -8,21 +8,7 @@ public enum WebSocketLab {
         .deletingLastPathComponent()
 
     /// A Python that imports `websockets`: scripts/test's virtual environment, else the one on PATH.
-    public static let python: String? = {
-        let candidates = [root.appendingPathComponent(".build/test-python/bin/python3").path,
-                          ChildProcess.locate("python3") ?? "/usr/bin/python3"]
-        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: candidate)
-            process.arguments = ["-c", "import websockets.asyncio.server"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            guard (try? process.run()) != nil else { continue }
-            process.waitUntilExit()
-            if process.terminationStatus == 0 { return candidate }
-        }
-        return nil
-    }()
+    public static let python: String? = TestPython.interpreter(importing: "websockets.asyncio.server")
 
     static func script(_ name: String) -> String { root.appendingPathComponent("scripts/\(name)").path }
 

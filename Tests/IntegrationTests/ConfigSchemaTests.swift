@@ -15,20 +15,7 @@ struct ConfigSchemaTests {
     }()
 
     /// scripts/test's virtual environment, else the python3 on PATH, if it has both packages.
-    static let python: String? = {
-        let candidates: [String?] = [root.appendingPathComponent(".build/test-python/bin/python3").path, ChildProcess.locate("python3")]
-        for case let candidate? in candidates where FileManager.default.isExecutableFile(atPath: candidate) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: candidate)
-            process.arguments = ["-c", "import jsonschema, yaml"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            guard (try? process.run()) != nil else { continue }
-            process.waitUntilExit()
-            if process.terminationStatus == 0 { return candidate }
-        }
-        return nil
-    }()
+    static let python: String? = TestPython.interpreter(importing: "jsonschema, yaml")
 
     /// Runs `executable arguments…`, returning its exit status and its output (stdout and stderr).
     static func run(_ executable: String, _ arguments: [String], in directory: URL) async throws -> (status: Int32?, output: String) {

@@ -11,20 +11,7 @@ struct DashboardBrowserTests {
     static let chromium = "/usr/bin/chromium"
 
     /// A Python that can import playwright: scripts/test's virtual environment, else the one on PATH.
-    static let python: String? = {
-        let candidates = [root.appendingPathComponent(".build/test-python/bin/python3").path, "/usr/bin/env"]
-        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: candidate)
-            process.arguments = (candidate == "/usr/bin/env" ? ["python3"] : []) + ["-c", "import playwright"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            guard (try? process.run()) != nil else { continue }
-            process.waitUntilExit()
-            if process.terminationStatus == 0 { return candidate }
-        }
-        return nil
-    }()
+    static let python: String? = TestPython.interpreter(importing: "playwright")
 
     static var missing: String? {
         if !FileManager.default.isExecutableFile(atPath: chromium) { return "\(chromium) is not installed (apt-get install chromium)" }
@@ -45,7 +32,7 @@ struct DashboardBrowserTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let output = directory.appendingPathComponent("out").path
         let script = Self.root.appendingPathComponent("scripts/dashboard-check.py").path
-        let arguments = (python == "/usr/bin/env" ? ["python3"] : []) + [script, "--portico", CommandTests.binary, "--chromium", Self.chromium]
+        let arguments = [script, "--portico", CommandTests.binary, "--chromium", Self.chromium]
         let process = try ChildProcess(executable: python, arguments: arguments, standardOutput: .file(output), standardError: .file(output))
         let status = await process.waitForExit(timeout: .seconds(180))
         if status == nil { await process.terminate() }

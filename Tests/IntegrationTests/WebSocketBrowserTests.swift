@@ -18,8 +18,7 @@ struct WebSocketBrowserTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let output = directory.appendingPathComponent("out").path
         let script = DashboardBrowserTests.root.appendingPathComponent("scripts/websocket-browser-check.py").path
-        let arguments = (python == "/usr/bin/env" ? ["python3"] : [])
-            + [script, "--portico", CommandTests.binary, "--chromium", DashboardBrowserTests.chromium]
+        let arguments = [script, "--portico", CommandTests.binary, "--chromium", DashboardBrowserTests.chromium]
         let process = try ChildProcess(executable: python, arguments: arguments, standardOutput: .file(output), standardError: .file(output))
         let status = await process.waitForExit(timeout: .seconds(180))
         if status == nil { await process.terminate() }

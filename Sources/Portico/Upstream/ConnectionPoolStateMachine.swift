@@ -373,13 +373,7 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
             action.close.append(entry.connection)
         }
         idle = []
-        action.handovers = waiters.map { .fail($0.waiter, Self.shutDownError) }
-        waiters.removeAll()
-        lowerSignal()
-        if sweepAt != nil { action.sweep = .cancel }
-        if waiterTimerAt != nil { action.waiterTimer = .cancel }
-        sweepAt = nil
-        waiterTimerAt = nil
+        failWaitersAndStopTimers(into: &action)
         return action
     }
 
@@ -393,6 +387,15 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
         for _ in open { cap.release() }
         open = [:]
         idle = []
+        failWaitersAndStopTimers(into: &action)
+        if !action.close.isEmpty { slotsFreed(into: &action) }
+        return action
+    }
+
+    // MARK: Helpers
+
+    /// Retirement and shutdown: every waiter fails, both timers stop.
+    private mutating func failWaitersAndStopTimers(into action: inout Action) {
         action.handovers = waiters.map { .fail($0.waiter, Self.shutDownError) }
         waiters.removeAll()
         lowerSignal()
@@ -400,11 +403,7 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
         if waiterTimerAt != nil { action.waiterTimer = .cancel }
         sweepAt = nil
         waiterTimerAt = nil
-        if !action.close.isEmpty { slotsFreed(into: &action) }
-        return action
     }
-
-    // MARK: Helpers
 
     /// The most recently used idle connection still usable; stale ones are closed.
     private mutating func popUsableIdle(now: NIODeadline, into action: inout Action) -> Connection? {
