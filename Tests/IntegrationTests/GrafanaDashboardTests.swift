@@ -201,6 +201,13 @@ struct GrafanaDashboardTests {
             upstreams:
               app: { url: "http://127.0.0.1:\(upstream.port)", transport: nio }
               gone: { url: "http://127.0.0.1:\(refused.port)", transport: nio }
+              # Two endpoints, the second refusing: failures by kind, an ejection (endpoint health row).
+              pair:
+                endpoints: ["http://127.0.0.1:\(upstream.port)", "http://127.0.0.1:\(refused.port)"]
+                transport: nio
+                outlier_detection: { consecutive_failures: 1 }
+                health_check: { path: /cached, interval: 1s, timeout: 1s }
+                circuit_breaker: { max_requests: 100 }
             credentials:
               idp: { type: oauth2_client_credentials, token_url: "\(idp.url.absoluteString)", client_id: "\(oauth.clientID)", client_secret: "\(oauth.clientSecret)" }
             middleware:
@@ -214,6 +221,7 @@ struct GrafanaDashboardTests {
               - { name: secure, match: { path: /secure }, upstream: app, middleware: [auth] }
               - { name: gone, match: { path: /gone }, upstream: gone, middleware: [retry] }
               - { name: stream, match: { path: /stream }, upstream: app, max_in_flight: 1 }
+              - { name: pair, match: { path: /cached-pair }, upstream: pair }
             """
         let gateway = try await ProxyProcess.portico(yaml: yaml, name: "grafana")
         defer {
@@ -228,6 +236,8 @@ struct GrafanaDashboardTests {
         #expect(try await Self.get(gateway.port, "/limited")?.status == 429)
         #expect(try await Self.get(gateway.port, "/secure")?.status == 200)
         #expect(try await Self.get(gateway.port, "/gone")?.status == 502)
+        // Round robin: one of the two reaches the refusing endpoint (a 502), which is then ejected.
+        for _ in 0..<2 { _ = try await Self.get(gateway.port, "/cached-pair") }
         #expect(try await Self.get(adminPort, "/-/reload", method: "POST")?.status == 200)
         // A stream held open: it is counted as open, and the route's cap refuses a second one.
         let stream = try RawHTTPConnection(port: gateway.port, timeout: .seconds(30))
