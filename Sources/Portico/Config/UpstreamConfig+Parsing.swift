@@ -27,8 +27,8 @@ extension UpstreamConfig {
                 node.error("applies to url: with a host name, not to endpoints")
             } else if let url, url.host.map(SystemResolver.isAddressLiteral) ?? true {
                 node.error("applies to url: with a host name, not an address")
-            } else if c.transport != .nio {
-                node.error("needs transport: nio (the urlsession transport resolves the name itself, per connection)")
+            } else if c.transport != .nio, url?.scheme?.lowercased() == "https" {
+                node.error("needs transport: nio for an https upstream (urlsession would check the certificate against the address it connects to, not the name)")
             } else {
                 c.dnsRefresh = refresh
             }

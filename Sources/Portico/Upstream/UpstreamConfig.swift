@@ -57,9 +57,9 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// `tls:` for an `https://` upstream; the default verifies against the system trust store.
     public var tls = TLSClientConfig()
 
-    /// The `Host` this upstream is sent (unless `preserveHost`): `host_header`, else the URL's authority.
+    /// `host_header`, else the name a resolved endpoint stands for (`requestAuthority`), else the URL's.
     func sentHost(_ target: UpstreamTarget) -> String {
-        hostHeader ?? target.authority
+        hostHeader ?? requestAuthority ?? target.authority
     }
 
     public init(name: String, url: URL) {

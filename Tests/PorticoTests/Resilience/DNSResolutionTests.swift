@@ -25,8 +25,9 @@ final class ScriptedResolver: EndpointResolver {
 /// Issue #34: `url:` with a host name and `dns_refresh` means every address the name resolves to.
 @Suite("Resilience: DNS")
 struct DNSResolutionTests {
-    @Test("new addresses get traffic, removed ones drain (their exchange in flight finishes), a resolver failure keeps the last set")
-    func answerChanges() async throws {
+    @Test("new addresses get traffic, removed ones drain (their exchange in flight finishes), a resolver failure keeps the last set",
+          arguments: UpstreamConfig.Transport.allCases)
+    func answerChanges(transport: UpstreamConfig.Transport) async throws {
         let upstreams = ["127.0.0.1", "127.0.0.2", "127.0.0.3"].map { TestUpstream(host: $0) }
         let gate = AsyncGate()
         for upstream in upstreams {
@@ -42,7 +43,7 @@ struct DNSResolutionTests {
         resolver.answer(["127.0.0.1", "127.0.0.2"])
         let clock = ManualClock()
         var config = UpstreamConfig(name: "named", url: URL(string: "http://backend.test:\(port)")!)
-        config.transport = .nio
+        config.transport = transport
         config.dnsRefresh = .seconds(30)
         // Far beyond the clock's moves: a held request never reaches its deadline here.
         config.timeout = .seconds(3600)
@@ -92,7 +93,7 @@ struct DNSResolutionTests {
         for upstream in upstreams { await upstream.shutdown() }
     }
 
-    @Test("dns_refresh needs url: with a host name and transport nio")
+    @Test("dns_refresh needs url: with a host name, and transport nio for https")
     func configuration() throws {
         let config = try load("""
             upstreams:
@@ -100,15 +101,21 @@ struct DNSResolutionTests {
             \(minimalRoute)
             """)
         #expect(config.upstreams["named"]?.dnsRefresh == .seconds(10))
+        let plain = try load("""
+            upstreams:
+              named: { url: "http://localhost:9000", dns_refresh: 10s }
+            \(minimalRoute)
+            """)
+        #expect(plain.upstreams["named"]?.dnsRefresh == .seconds(10), "an http upstream on urlsession")
         #expect(diagnostics("""
             upstreams:
               a: { url: "http://127.0.0.1:9000", transport: nio, dns_refresh: 10s }
-              b: { url: "http://localhost:9000", dns_refresh: 10s }
+              b: { url: "https://localhost:9000", dns_refresh: 10s }
               c: { endpoints: ["http://x:1", "http://y:1"], transport: nio, dns_refresh: 10s }
             \(minimalRoute)
             """) == [
             "portico.yaml:2 upstreams.a.dns_refresh: applies to url: with a host name, not an address",
-            "portico.yaml:3 upstreams.b.dns_refresh: needs transport: nio (the urlsession transport resolves the name itself, per connection)",
+            "portico.yaml:3 upstreams.b.dns_refresh: needs transport: nio for an https upstream (urlsession would check the certificate against the address it connects to, not the name)",
             "portico.yaml:4 upstreams.c.dns_refresh: applies to url: with a host name, not to endpoints",
         ])
     }
