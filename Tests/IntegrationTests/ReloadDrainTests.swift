@@ -138,10 +138,13 @@ struct ReloadDrainTests {
         }
         try await upstream.start()
         var config = Self.config(upstream: upstream, variant: transport == .nio ? 0 : 1)
-        // The old runtime is retired `request_timeout` + 1 s after the reload: short, so the test
-        // is, yet long enough for the stream's head to come on a machine busy with other tests.
-        config.listen.requestTimeout = .seconds(8)
-        let gateway = try TestGateway(config)
+        // Only the manual clock's moves end a stream's silence: it must not be the idle timeout.
+        config.routes[0].streamIdleTimeout = .seconds(86_400)
+        // The old runtime is retired `request_timeout` + 1 s after the reload, on the gateway's
+        // clock: here the test's, so the retirement comes when the test says, however slow the
+        // machine (a real 8 s request timeout was both slow and, under load, too short for the head).
+        let clock = ManualClock()
+        let gateway = try TestGateway(config, clock: clock)
         let client = try StreamingClient(port: gateway.port, timeout: .seconds(120))
         defer { client.close() }
         producer.yield(Array("data: before\n\n".utf8))
@@ -150,9 +153,18 @@ struct ReloadDrainTests {
         try #require(head.status == 200, "\(head.status): \(head.bodyText)")
         _ = try await client.readBody(until: "data: before\n\n")
 
-        try gateway.server.reload(config)
-        // The retirement happens while the stream is open (polled: no fixed sleep).
-        try await Eventually.wait(timeout: .seconds(120)) { gateway.server.runtimesRetired == 1 }
+        // A changed upstream: a new client serves it, and the old one is retired (an unchanged one
+        // would be handed over whole and never retired).
+        var changed = config
+        changed.upstreams["up"]?.timeout = .seconds(299)
+        try gateway.server.reload(changed)
+        let linger = config.listen.requestTimeout + .seconds(1)
+        // The retirement happens while the stream is open. The clock moves past the linger until
+        // the retiring task (which may not be asleep yet) has woken and retired the old runtime.
+        try await Eventually.wait(timeout: .seconds(120)) {
+            clock.advance(by: linger)
+            return gateway.server.runtimesRetired == 1
+        }
         producer.yield(Array("data: after\n\n".utf8))
         _ = try await client.readBody(until: "data: after\n\n")
         producer.finish()

@@ -171,7 +171,7 @@ public final class GatewayServer: Sendable {
         // (its requests have ended: the server stopped first).
         let release = Task { [self] in
             do {
-                try await Task.sleep(for: linger)
+                try await clock.sleep(for: linger)
                 await old.retire()
                 retiredCount.add(1, ordering: .relaxed)
             } catch {
