@@ -175,7 +175,7 @@ public final class GatewayServer: Sendable {
                 await old.retire()
                 retiredCount.add(1, ordering: .relaxed)
             } catch {
-                await old.retire()
+                await old.shutdown()
             }
         }
         retiring.withLock { $0.append(release) }
