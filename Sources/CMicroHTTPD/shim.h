@@ -9,6 +9,8 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h> /* HangUpWatch: suspended connections watched for their clients leaving */
 #include <microhttpd.h>
 
@@ -171,6 +173,63 @@ static const enum MHD_FEATURE portico_feature_upgrade = MHD_FEATURE_UPGRADE;
 static const unsigned int portico_allow_upgrade = MHD_ALLOW_UPGRADE;
 static inline enum MHD_Result portico_mhd_upgrade_close(struct MHD_UpgradeResponseHandle *urh) {
     return MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+/* The TLS relay's buffers. libmicrohttpd 0.9.75 to 0.9.77 (Debian 12 ships 0.9.75) relay an
+   upgraded TLS connection through buffers carved from the connection's memory pool, but only
+   after the reply head's write buffer took every free byte of it: the relay falls back to its
+   8-byte emergency buffer and moves 4 bytes each way per poll() round (a 16 MiB message over
+   TLS took minutes under load). Fixed upstream in 1.0.0 ("Upgraded TLS: fixed inefficient
+   communication", which frees the write buffer first). For those versions only, the upgrade
+   callback (on the daemon thread, before libmicrohttpd's first relay round: nothing else reads
+   the handle yet) points the handle at larger buffers of ours.
+
+   `portico_mhd_urh_0_9_75` mirrors `struct MHD_UpgradeResponseHandle` of those versions'
+   src/microhttpd/internal.h, built with HTTPS and epoll support as every Linux build is. Before
+   touching anything, the mirror is verified against what the callback was given: the handle's
+   connection, both back-pointers to the handle, the application socket and empty buffers. A
+   different layout fails those checks and the handle is left alone. */
+struct portico_mhd_urh_epoll_0_9_75 {
+    struct MHD_UpgradeResponseHandle *urh;
+    int socket;
+    int celi;
+};
+struct portico_mhd_urh_0_9_75 {
+    struct MHD_Connection *connection;
+    void *next, *prev, *nextE, *prevE;
+    _Bool in_eready_list;
+    char *in_buffer, *out_buffer;
+    size_t in_buffer_size, out_buffer_size, in_buffer_used, out_buffer_used;
+    struct portico_mhd_urh_epoll_0_9_75 app, mhd;
+    char e_buf[8];
+};
+
+/* The relay's buffer size each way, or -1 where the layout is not the verified one. */
+static inline long portico_mhd_tls_relay_size(struct MHD_UpgradeResponseHandle *urh, struct MHD_Connection *c,
+                                              int app_socket) {
+    const char *v = MHD_get_version();
+    if (v == NULL || (strcmp(v, "0.9.75") != 0 && strcmp(v, "0.9.76") != 0 && strcmp(v, "0.9.77") != 0)) return -1;
+    struct portico_mhd_urh_0_9_75 *h = (struct portico_mhd_urh_0_9_75 *)urh;
+    if (h->connection != c || h->app.urh != urh || h->mhd.urh != urh || h->app.socket != app_socket) return -1;
+    return (long)h->in_buffer_size;
+}
+
+/* Gives the relay `each_way` bytes each way when it has less, right after the upgrade. Returns
+   the block to free once libmicrohttpd has freed the handle (the connection's close
+   notification comes after that), or NULL when nothing was changed. */
+static inline void *portico_mhd_widen_tls_relay(struct MHD_UpgradeResponseHandle *urh, struct MHD_Connection *c,
+                                                int app_socket, size_t each_way) {
+    long size = portico_mhd_tls_relay_size(urh, c, app_socket);
+    struct portico_mhd_urh_0_9_75 *h = (struct portico_mhd_urh_0_9_75 *)urh;
+    if (size < 0 || (size_t)size >= each_way || h->out_buffer_size >= each_way
+        || h->in_buffer_used != 0 || h->out_buffer_used != 0) return NULL;
+    char *block = malloc(2 * each_way);
+    if (block == NULL) return NULL;
+    h->in_buffer = block;
+    h->out_buffer = block + each_way;
+    h->in_buffer_size = each_way;
+    h->out_buffer_size = each_way;
+    return block;
 }
 
 #endif

@@ -55,6 +55,8 @@ let mhdConnectionNotify: MHD_NotifyConnectionCallback = { cls, connection, socke
             context.upgraded = nil
             shard(cls).upgradeEnded(upgraded)
         }
+        free(context.relayBuffer)
+        context.relayBuffer = nil
         context.suspension?.close()
         context.timer.markClosed()
         let core = shard(cls)

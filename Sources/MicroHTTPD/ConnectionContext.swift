@@ -21,6 +21,9 @@ final class ConnectionContext {
     /// A queued 101 whose head is not yet sent (`queueUpgrade`), and then the upgraded connection.
     var upgradeHandoff: UpgradeHandoff?
     var upgraded: UpgradedConnection?
+    /// The TLS relay's buffers given to libmicrohttpd (`portico_mhd_widen_tls_relay`): freed at
+    /// the close notification, which comes after libmicrohttpd freed the handle using them.
+    var relayBuffer: UnsafeMutableRawPointer?
     let clientAddress: String
     let timer: ConnectionTimer
     /// Suspends and resumes this connection (`nil` only without a connection pointer).

@@ -55,6 +55,9 @@ final class DaemonShard: Sendable {
     let requestHangUps = HangUpWatch()
     /// Streaming responses' connections (added and removed by the daemon thread).
     private let streamHangUps = HangUpWatch()
+    /// Upgraded connections on a TLS listener, whose clients leaving libmicrohttpd's relay does
+    /// not pass on (`UpgradedConnection.clientLeft`); added and removed by the daemon thread.
+    private let upgradeHangUps = HangUpWatch()
     /// Connections suspended or resumed but not yet answered (see `ServerCore.admit`).
     private let admissions = Atomic<Int>(0)
     /// Handler tasks started and not yet ended (a task answered for by the server may run on,
@@ -141,11 +144,14 @@ final class DaemonShard: Sendable {
     /// An upgraded connection starts (the daemon thread, in libmicrohttpd's upgrade callback).
     func upgradeStarted(_ connection: UpgradedConnection) {
         upgrades.withLock { $0[ObjectIdentifier(connection)] = connection }
+        if let timer = connection.hangUpTimer { upgradeHangUps.watch(connection, on: timer) }
     }
 
     /// libmicrohttpd closed an upgraded connection (the daemon thread, its close notification).
     func upgradeEnded(_ connection: UpgradedConnection) {
         _ = upgrades.withLock { $0.removeValue(forKey: ObjectIdentifier(connection)) }
+        if let timer = connection.hangUpTimer { upgradeHangUps.unwatch(connection, on: timer) }
+        connection.releaseRelayEnd()
         quiescence.poke()
     }
 
@@ -250,7 +256,7 @@ final class DaemonShard: Sendable {
     /// (`HangUpWatch`): a request's task is cancelled, a response stream's source told.
     private func cancelDeparted() {
         var cancelled = 0
-        for (listener, timer) in requestHangUps.departed() + streamHangUps.departed() where listener.clientLeft(timer: timer) {
+        for (listener, timer) in requestHangUps.departed() + streamHangUps.departed() + upgradeHangUps.departed() where listener.clientLeft(timer: timer) {
             cancelled += 1
         }
         guard cancelled > 0 else { return }

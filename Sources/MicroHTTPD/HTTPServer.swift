@@ -71,6 +71,9 @@ public final class HTTPServer: Sendable {
     /// Upgraded connections (`ServerResponse.Payload.upgrade`) still open.
     public var upgradedConnections: Int { core.upgradeCount }
 
+    /// The libmicrohttpd this process runs on (`MHD_get_version`), e.g. "0.9.75".
+    public static var libraryVersion: String { MHD_get_version().map { String(cString: $0) } ?? "unknown" }
+
     /// Whether this libmicrohttpd can hand a connection over after a 101 (`MHD_FEATURE_UPGRADE`).
     public static var upgradeSupported: Bool { MHD_is_feature_supported(portico_feature_upgrade) == portico_yes }
 

@@ -42,17 +42,28 @@ public final class UpgradedConnection: @unchecked Sendable {
     public let thread: Int
     /// Whether the listener terminates TLS (`socket` is then libmicrohttpd's socketpair end).
     public let isTLS: Bool
+    /// On a TLS listener, the size of libmicrohttpd's relay buffer each way (`tlsRelayBufferBytes`),
+    /// where this libmicrohttpd's layout is one Portico can read; otherwise nil.
+    public let tlsRelayBytes: Int?
     private let handle: OpaquePointer
     private let closed = Atomic<Bool>(false)
     let handler: any ConnectionUpgradeHandler
+    /// On a TLS listener: the client's connection, watched for the client leaving (`clientLeft`).
+    let hangUpTimer: ConnectionTimer?
+    /// On a TLS listener: the server's own duplicate of the socketpair end, to shut down when
+    /// the client leaves (-1 once released at the connection's close notification).
+    private let relayEnd: Mutex<Int32>
 
-    init(handle: OpaquePointer, socket: Int32, received: [UInt8], thread: Int, isTLS: Bool,
-         handler: any ConnectionUpgradeHandler) {
+    init(handle: OpaquePointer, socket: Int32, received: [UInt8], thread: Int, isTLS: Bool, tlsRelayBytes: Int?,
+         hangUpTimer: ConnectionTimer?, handler: any ConnectionUpgradeHandler) {
         self.handle = handle
         self.socket = socket
         self.received = received
         self.thread = thread
         self.isTLS = isTLS
+        self.tlsRelayBytes = tlsRelayBytes
+        self.hangUpTimer = isTLS && socket >= 0 ? hangUpTimer : nil
+        self.relayEnd = Mutex(self.hangUpTimer != nil ? dup(socket) : -1)
         self.handler = handler
     }
 
@@ -69,6 +80,32 @@ public final class UpgradedConnection: @unchecked Sendable {
     }
 
     public var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+    /// The connection's close notification: the server's duplicate of the socketpair end goes.
+    func releaseRelayEnd() {
+        relayEnd.withLock { descriptor in
+            if descriptor >= 0 { Glibc.close(descriptor) }
+            descriptor = -1
+        }
+    }
+}
+
+/// The client leaving an upgraded TLS connection. libmicrohttpd 0.9.75's relay reads the TLS
+/// side's end (a FIN, a reset) but does not pass it on to the socketpair until the application
+/// writes, so a handler would wait for bytes that never come. The hang-up watch sees the client's
+/// socket go; the server then shuts down its sending side of the socketpair, as if the
+/// application had finished: libmicrohttpd forwards what it still holds, ends the relay and
+/// shuts its end down, and the handler reads the end of the stream after the last byte, as it
+/// does on a plain listener.
+extension UpgradedConnection: HangUpListener {
+    func clientLeft(timer: ConnectionTimer) -> Bool {
+        relayEnd.withLock { descriptor in
+            if descriptor >= 0 { _ = Glibc.shutdown(descriptor, Int32(SHUT_WR)) }
+        }
+        return false
+    }
+
+    var isOver: Bool { isClosed }
 }
 
 /// The response's upgrade handler and what the upgrade callback needs. Held by the connection's
@@ -87,8 +124,12 @@ final class UpgradeHandoff {
     }
 }
 
+/// The TLS relay's buffer each way: one TLS record's worth (16 KiB of plaintext), so a record
+/// crosses in one round. Allocated only for sessions on a TLS listener, freed when they close.
+let tlsRelayBufferBytes = 16 * 1024
+
 /// libmicrohttpd's upgrade callback: the 101 head is sent. On the connection's daemon thread.
-let mhdUpgradeHandler: MHD_UpgradeHandler = { cls, _, _, extraIn, extraInSize, socket, urh in
+let mhdUpgradeHandler: MHD_UpgradeHandler = { cls, mhdConnection, _, extraIn, extraInSize, socket, urh in
     guard let cls, let urh else { return }
     let handoff = Unmanaged<UpgradeHandoff>.fromOpaque(cls).takeUnretainedValue()
     handoff.delivered = true
@@ -97,9 +138,19 @@ let mhdUpgradeHandler: MHD_UpgradeHandler = { cls, _, _, extraIn, extraInSize, s
         received = Array(UnsafeRawBufferPointer(start: extraIn, count: extraInSize))
     }
     let shard = handoff.shard
+    let isTLS = shard.configuration.tls != nil
+    var relayBytes: Int?
+    if isTLS, let mhdConnection {
+        // libmicrohttpd 0.9.75–0.9.77 would relay 4 bytes at a time (see the shim): widened here,
+        // before its first relay round, on the thread that runs them.
+        handoff.context.relayBuffer = portico_mhd_widen_tls_relay(urh, mhdConnection, socket, tlsRelayBufferBytes)
+        let size = portico_mhd_tls_relay_size(urh, mhdConnection, socket)
+        relayBytes = size >= 0 ? size : nil
+    }
     let duplicate = socket >= 0 ? dup(socket) : -1
     let connection = UpgradedConnection(handle: urh, socket: duplicate, received: received, thread: shard.index,
-                                        isTLS: shard.configuration.tls != nil, handler: handoff.handler)
+                                        isTLS: isTLS, tlsRelayBytes: relayBytes, hangUpTimer: handoff.context.timer,
+                                        handler: handoff.handler)
     handoff.context.upgraded = connection
     shard.upgradeStarted(connection)
     if duplicate < 0 {
