@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A WebSocket client for Portico's tests (Python's `websockets` package).
 
-    ws_client.py URL SCENARIO [ARG]
+    ws_client.py URL SCENARIO [ARG] [--ca CA_FILE]
 
 Prints "ok SCENARIO" and exits 0 when the scenario behaves, else prints what went wrong and
-exits 1. URL is the base, ws://host:port (or wss:// with ARG the CA file for `tls-echo`).
+exits 1. URL is the base, ws://host:port, or wss:// with the CA file that signed the server's
+certificate (`--ca`, or ARG for `tls-echo`).
 """
 import asyncio
 import os
@@ -18,8 +19,16 @@ import time
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-base, scenario = sys.argv[1], sys.argv[2]
-arg = sys.argv[3] if len(sys.argv) > 3 else None
+argv = list(sys.argv)
+ca_file = None
+if "--ca" in argv:
+    at = argv.index("--ca")
+    ca_file = argv[at + 1]
+    del argv[at:at + 2]
+base, scenario = argv[1], argv[2]
+arg = argv[3] if len(argv) > 3 else None
+# For wss:// URLs: trusts the CA given (None: websockets' default context).
+TLS = ssl.create_default_context(cafile=ca_file) if ca_file else None
 
 
 def fail(message):
@@ -75,16 +84,16 @@ async def refused(url):
 
 
 async def reset(url):
-    ws = await connect(url + "/echo", ping_interval=None)
+    ws = await connect(url + "/echo", ping_interval=None, ssl=TLS)
     await ws.send("before reset")
     await ws.recv()
-    sock = ws.transport.get_extra_info("socket")
+    sock = ws.transport.get_extra_info("socket")  # under TLS too: the TCP socket beneath
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     ws.transport.abort()
 
 
 async def upstream_dies(url):
-    async with connect(url + "/echo", ping_interval=None) as ws:
+    async with connect(url + "/echo", ping_interval=None, ssl=TLS) as ws:
         await ws.send("die")
         started = time.monotonic()
         try:
@@ -100,7 +109,7 @@ async def upstream_dies(url):
 
 
 async def wait_close(url, expected):
-    async with connect(url + "/hold", ping_interval=None) as ws:
+    async with connect(url + "/hold", ping_interval=None, ssl=TLS) as ws:
         print("open", flush=True)
         try:
             await asyncio.wait_for(ws.recv(), 120)

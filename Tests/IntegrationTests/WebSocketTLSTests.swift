@@ -1,0 +1,52 @@
+import Foundation
+import Portico
+import PorticoTesting
+import Testing
+
+/// WebSocket sessions over a TLS listener, where libmicrohttpd terminates TLS and relays the
+/// session's bytes through a socketpair (`UpgradedConnection`): the ends of a session that the
+/// relay does not pass on by itself (the client leaving) and the 1001 close frames.
+@Suite("WebSocket over a TLS listener", .enabled(if: WebSocketLab.python != nil, "needs Python's websockets (scripts/test installs it)"))
+struct WebSocketTLSTests {
+    static func gateway(upstreamPort: Int, idle: String = "1h") async throws -> (TestGateway, caFile: String) {
+        let certificates = try await TestCertificates.shared()
+        var config = try WebSocketTests.config(upstreamPort: upstreamPort, idle: idle)
+        config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
+                                            privateKeyPEM: certificates.server.keyPEM)
+        return (try TestGateway(config), certificates.ca.certificateFile)
+    }
+
+    @Test("a client that resets its TLS connection: the upstream sees the session close (libmicrohttpd's relay alone never says)")
+    func clientReset() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let (gateway, ca) = try await Self.gateway(upstreamPort: upstream.port)
+        let result = try await WebSocketLab.client("wss://localhost:\(gateway.port)", "reset", nil, ["--ca", ca])
+        #expect(result.status == 0, "\(result.output)")
+        #expect(await WebSocketLab.waitForEvent(of: upstream, timeout: .seconds(30)) { $0.hasPrefix("closed /echo") } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        await gateway.stop()
+    }
+
+    @Test("an upstream that drops its connection: the TLS client sees the close at once")
+    func upstreamDies() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let (gateway, ca) = try await Self.gateway(upstreamPort: upstream.port)
+        let result = try await WebSocketLab.client("wss://localhost:\(gateway.port)", "upstream-dies", nil, ["--ca", ca])
+        #expect(result.status == 0, "\(result.output)")
+        await gateway.stop()
+    }
+
+    @Test("websocket_idle_timeout over TLS: a close frame 1001 to both sides")
+    func idleTimeout() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let (gateway, ca) = try await Self.gateway(upstreamPort: upstream.port, idle: "1s")
+        let result = try await WebSocketLab.client("wss://localhost:\(gateway.port)", "wait-close", "1001", ["--ca", ca])
+        #expect(result.status == 0, "\(result.output)")
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /hold 1001" } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        await gateway.stop()
+    }
+}
