@@ -49,4 +49,23 @@ struct WebSocketTLSTests {
                 "\(WebSocketLab.events(of: upstream))")
         await gateway.stop()
     }
+
+    @Test("SIGTERM over TLS: after the grace period each side gets its close frame 1001 (relayed before libmicrohttpd stops)")
+    func drain() async throws {
+        let upstream = try await WebSocketLab.upstream()
+        defer { upstream.stop() }
+        let certificates = try await TestCertificates.shared()
+        let tls = ", tls: { cert_file: \"\(certificates.server.certificateFile)\", key_file: \"\(certificates.server.keyFile)\" }"
+        let proxy = try await ProxyProcess.portico(yaml: WebSocketProcessTests.yaml(upstreamPort: upstream.port, extra: tls))
+        defer { proxy.stop() }
+        let url = "wss://localhost:\(proxy.port)"
+        let client = Task { try await WebSocketLab.client(url, "wait-close", "1001", ["--ca", certificates.ca.certificateFile]) }
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /hold") } != nil)
+        await proxy.terminate()
+        let result = try await client.value
+        #expect(result.status == 0, "\(result.output)")
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /hold 1001" } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        #expect(proxy.log.contains("ended=drained"), "\(proxy.log)")
+    }
 }
