@@ -12,7 +12,6 @@ Exits 0 when all hold; otherwise prints what did not and exits 1.
 
     scripts/dashboard-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
 """
-import argparse
 import sys
 import urllib.error
 import urllib.request
@@ -36,10 +35,7 @@ def request(url, method="GET"):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--portico", default=".build/debug/portico")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    args = parser.parse_args()
+    args = demo_process.arguments()
 
     with demo_process.running(args.portico) as demo:
         check(args.chromium, f"http://127.0.0.1:{demo.proxy}", f"http://127.0.0.1:{demo.admin}", f"http://127.0.0.1:{demo.upstream}")

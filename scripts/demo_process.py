@@ -1,5 +1,6 @@
 """`portico demo` for the browser checks (scripts/dashboard-check.py, scripts/websocket-browser-check.py):
 started on ports the kernel chooses (read from its log), stopped with SIGTERM on the way out."""
+import argparse
 import contextlib
 import os
 import re
@@ -7,6 +8,14 @@ import signal
 import subprocess
 import tempfile
 import time
+
+
+def arguments():
+    """The browser checks' command line: `[--portico .build/debug/portico] [--chromium /usr/bin/chromium]`."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--portico", default=".build/debug/portico")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    return parser.parse_args()
 
 
 def wait_for(what, predicate, timeout=30.0, interval=0.25):

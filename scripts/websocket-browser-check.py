@@ -9,7 +9,6 @@ Exits 0 and prints "websocket-browser: ok" when that holds; otherwise prints wha
 
     scripts/websocket-browser-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
 """
-import argparse
 import sys
 
 from playwright.sync_api import sync_playwright
@@ -35,10 +34,7 @@ async (url) => await new Promise((resolve, reject) => {
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--portico", default=".build/debug/portico")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    args = parser.parse_args()
+    args = demo_process.arguments()
     with demo_process.running(args.portico) as demo:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
