@@ -12,30 +12,16 @@ Exits 0 when all hold; otherwise prints what did not and exits 1.
 
     scripts/dashboard-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
 """
-import argparse
-import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 
 from playwright.sync_api import sync_playwright
 
+import demo_process
+from demo_process import wait_for
+
 DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "pair", "spare", "websocket"]
-
-
-def wait_for(what, predicate, timeout=30.0, interval=0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def request(url, method="GET"):
@@ -48,38 +34,11 @@ def request(url, method="GET"):
         return error.code
 
 
-def start_demo(portico, log_path):
-    log = open(log_path, "w")
-    process = subprocess.Popen([portico, "demo", "--port", "0", "--admin-port", "0"], stdout=log, stderr=subprocess.STDOUT)
-
-    def ports():
-        text = open(log_path).read()
-        proxy = re.search(r"msg=listening .*?port=(\d+)", text)
-        admin = re.search(r'msg="admin listening" .*?port=(\d+)', text)
-        upstream = re.search(r"demo upstream on 127\.0\.0\.1:(\d+)", text)
-        if process.poll() is not None:
-            raise AssertionError(f"portico demo exited with {process.returncode}:\n{text}")
-        return proxy and admin and upstream and (int(proxy[1]), int(admin[1]), int(upstream[1]))
-
-    return process, wait_for("portico demo to listen", ports, timeout=60)
-
-
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--portico", default=".build/debug/portico")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    args = parser.parse_args()
+    args = demo_process.arguments()
 
-    with tempfile.TemporaryDirectory() as directory:
-        demo, (proxy, admin, upstream) = start_demo(args.portico, os.path.join(directory, "demo.log"))
-        try:
-            check(args.chromium, f"http://127.0.0.1:{proxy}", f"http://127.0.0.1:{admin}", f"http://127.0.0.1:{upstream}")
-        finally:
-            demo.send_signal(signal.SIGTERM)
-            try:
-                demo.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                demo.kill()
+    with demo_process.running(args.portico) as demo:
+        check(args.chromium, f"http://127.0.0.1:{demo.proxy}", f"http://127.0.0.1:{demo.admin}", f"http://127.0.0.1:{demo.upstream}")
     print("dashboard: ok")
 
 

@@ -9,40 +9,11 @@ Exits 0 and prints "websocket-browser: ok" when that holds; otherwise prints wha
 
     scripts/websocket-browser-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
 """
-import argparse
-import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 
 from playwright.sync_api import sync_playwright
 
-
-def wait_for(what, predicate, timeout=60.0, interval=0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def start_demo(portico, log_path):
-    log = open(log_path, "w")
-    process = subprocess.Popen([portico, "demo", "--port", "0", "--admin-port", "0"], stdout=log, stderr=subprocess.STDOUT)
-
-    def port():
-        text = open(log_path).read()
-        if process.poll() is not None:
-            raise AssertionError(f"portico demo exited with {process.returncode}:\n{text}")
-        found = re.search(r"msg=listening .*?port=(\d+)", text)
-        return found and int(found[1])
-
-    return process, wait_for("portico demo to listen", port)
+import demo_process
 
 
 ECHO = """
@@ -63,31 +34,19 @@ async (url) => await new Promise((resolve, reject) => {
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--portico", default=".build/debug/portico")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        log_path = os.path.join(directory, "demo.log")
-        demo, port = start_demo(args.portico, log_path)
-        try:
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
-                page = browser.new_page()
-                page.goto(f"http://127.0.0.1:{port}/ping")
-                result = page.evaluate(ECHO, f"ws://127.0.0.1:{port}/ws/echo")
-                browser.close()
-            expected = ["hello from chromium", "0,1,254,255"]
-            if result["got"] != expected or result["code"] != 1000:
-                print(f"websocket-browser: got {result}, expected {expected} and close 1000")
-                print(open(log_path).read()[-3000:])
-                sys.exit(1)
-        finally:
-            demo.send_signal(signal.SIGTERM)
-            try:
-                demo.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                demo.kill()
+    args = demo_process.arguments()
+    with demo_process.running(args.portico) as demo:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{demo.proxy}/ping")
+            result = page.evaluate(ECHO, f"ws://127.0.0.1:{demo.proxy}/ws/echo")
+            browser.close()
+        expected = ["hello from chromium", "0,1,254,255"]
+        if result["got"] != expected or result["code"] != 1000:
+            print(f"websocket-browser: got {result}, expected {expected} and close 1000")
+            print(demo.log()[-3000:])
+            sys.exit(1)
     print("websocket-browser: ok")
 
 

@@ -166,7 +166,7 @@ extension ChildProcess {
         signal(SIGTERM)
         Task.detached { [self] in
             await terminate()
-            try? FileManager.default.removeItem(at: directory)
+            ScratchDirectory.remove(directory)
         }
     }
 }

@@ -27,27 +27,29 @@ public final class ExternalServer: Sendable {
 
     /// Python's `http.server` serving `files` (name → contents) from a temporary directory.
     public static func pythonFileServer(files: [String: [UInt8]]) async throws -> ExternalServer {
-        let directory = try temporaryDirectory()
-        for (name, contents) in files {
-            try Data(contents).write(to: directory.appendingPathComponent(name))
-        }
         let python = ChildProcess.locate("python3") ?? "/usr/bin/python3"
-        return try await retryingPorts { port in
-            try await ExternalServer(executable: python, arguments: ["-m", "http.server", String(port), "--bind", "127.0.0.1",
-                                                                    "--directory", directory.path],
-                                     port: port, directory: directory)
+        return try await ScratchDirectory.make("portico") { directory in
+            for (name, contents) in files {
+                try Data(contents).write(to: directory.appendingPathComponent(name))
+            }
+            return try await retryingPorts { port in
+                try await ExternalServer(executable: python, arguments: ["-m", "http.server", String(port), "--bind", "127.0.0.1",
+                                                                        "--directory", directory.path],
+                                         port: port, directory: directory)
+            }
         }
     }
 
     /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port).
     public static func nginx(serverBlock: String) async throws -> ExternalServer {
-        let directory = try temporaryDirectory()
         guard let nginx = ChildProcess.locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
-        return try await retryingPorts { port in
-            try nginxConfig(serverBlock: serverBlock, port: port, directory: directory)
-                .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
-            return try await ExternalServer(executable: nginx, arguments: ["-p", directory.path, "-c", "\(directory.path)/nginx.conf"],
-                                            port: port, directory: directory)
+        return try await ScratchDirectory.make("portico") { directory in
+            try await retryingPorts { port in
+                try nginxConfig(serverBlock: serverBlock, port: port, directory: directory)
+                    .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+                return try await ExternalServer(executable: nginx, arguments: ["-p", directory.path, "-c", "\(directory.path)/nginx.conf"],
+                                                port: port, directory: directory)
+            }
         }
     }
 
@@ -130,11 +132,5 @@ public final class ExternalServer: Sendable {
     /// it, with SIGKILL as a last resort, and removes its directory.
     public func stop() {
         process.stopInBackground(removing: directory)
-    }
-
-    static func temporaryDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("portico-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
     }
 }

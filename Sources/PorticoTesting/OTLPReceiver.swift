@@ -65,13 +65,14 @@ public final class OTLPReceiver: Sendable {
         // scripts/test's virtual environment has opentelemetry-proto; else the python3 on PATH.
         let venv = root.appendingPathComponent(".build/test-python/bin/python3").path
         let python = FileManager.default.isExecutableFile(atPath: venv) ? venv : ChildProcess.locate("python3") ?? "/usr/bin/python3"
-        let directory = try ExternalServer.temporaryDirectory()
-        let spansFile = directory.appendingPathComponent("spans.jsonl").path
-        let server = try await ExternalServer.retryingPorts { port in
-            try await ExternalServer(executable: python, arguments: [script, String(port), spansFile] + (stall ? ["--stall"] : []),
-                                     port: port, directory: directory)
+        return try await ScratchDirectory.make("portico") { directory in
+            let spansFile = directory.appendingPathComponent("spans.jsonl").path
+            let server = try await ExternalServer.retryingPorts { port in
+                try await ExternalServer(executable: python, arguments: [script, String(port), spansFile] + (stall ? ["--stall"] : []),
+                                         port: port, directory: directory)
+            }
+            return OTLPReceiver(server: server, spansFile: spansFile)
         }
-        return OTLPReceiver(server: server, spansFile: spansFile)
     }
 
     private init(server: ExternalServer, spansFile: String) {

@@ -37,26 +37,27 @@ public final class ProxyProcess: Sendable {
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             throw Failure(description: "no portico binary at \(binary): build the portico product first (swift build --build-tests builds it)")
         }
-        let directory = try makeDirectory()
-        let config = directory.appendingPathComponent("portico.yaml")
-        try yaml.write(to: config, atomically: true, encoding: .utf8)
-        let log = directory.appendingPathComponent("portico.log").path
-        let command = launcher + [binary, "run", "--config", config.path]
-        let executable = command[0].hasPrefix("/") ? command[0] : ChildProcess.locate(command[0]) ?? command[0]
-        let process = try ChildProcess(executable: executable, arguments: Array(command.dropFirst()),
-                                       standardOutput: .file(log), standardError: .file(log))
-        let text: @Sendable () -> String = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
-        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-        while ContinuousClock.now < deadline, process.isRunning {
-            let lines = text().split(separator: "\n")
-            if let proxy = lines.first(where: { $0.contains("msg=listening") }).flatMap({ portField($0) }),
-               let admin = lines.first(where: { $0.contains("msg=\"admin listening\"") }).flatMap({ portField($0) }) {
-                return ProxyProcess(name: name, port: proxy, adminPort: admin, process: process, directory: directory, logPath: log)
+        return try await ScratchDirectory.make("portico-proxy") { directory in
+            let config = directory.appendingPathComponent("portico.yaml")
+            try yaml.write(to: config, atomically: true, encoding: .utf8)
+            let log = directory.appendingPathComponent("portico.log").path
+            let command = launcher + [binary, "run", "--config", config.path]
+            let executable = command[0].hasPrefix("/") ? command[0] : ChildProcess.locate(command[0]) ?? command[0]
+            let process = try ChildProcess(executable: executable, arguments: Array(command.dropFirst()),
+                                           standardOutput: .file(log), standardError: .file(log))
+            let text: @Sendable () -> String = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+            while ContinuousClock.now < deadline, process.isRunning {
+                let lines = text().split(separator: "\n")
+                if let proxy = lines.first(where: { $0.contains("msg=listening") }).flatMap({ portField($0) }),
+                   let admin = lines.first(where: { $0.contains("msg=\"admin listening\"") }).flatMap({ portField($0) }) {
+                    return ProxyProcess(name: name, port: proxy, adminPort: admin, process: process, directory: directory, logPath: log)
+                }
+                try await Task.sleep(for: .milliseconds(20))
             }
-            try await Task.sleep(for: .milliseconds(20))
+            await process.terminate()
+            throw Failure(description: "portico did not start listening: \(text())")
         }
-        await process.terminate()
-        throw Failure(description: "portico did not start listening: \(text())")
     }
 
     /// nginx with one `server { }` whose body is `serverBlock` (the `listen` line is added), single
@@ -65,7 +66,7 @@ public final class ProxyProcess: Sendable {
         guard let nginx = ChildProcess.locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
         var lastError: any Error = Failure(description: "nginx did not start")
         for _ in 0..<5 {
-            let directory = try makeDirectory()
+            let directory = try ScratchDirectory.make("portico-proxy")
             let port = try ExternalServer.freePort()
             let config = ExternalServer.nginxConfig(serverBlock: serverBlock, port: port, directory: directory)
                 .replacingOccurrences(of: "daemon off;", with: "daemon off;\nmaster_process off;")
@@ -83,7 +84,7 @@ public final class ProxyProcess: Sendable {
             await process.terminate()
             let errors = (try? String(contentsOf: directory.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
             lastError = Failure(description: "nginx did not start on \(port): \(errors)")
-            try? FileManager.default.removeItem(at: directory)
+            ScratchDirectory.remove(directory)
         }
         throw lastError
     }
@@ -155,9 +156,4 @@ public final class ProxyProcess: Sendable {
         line.split(separator: " ").first { $0.hasPrefix("port=") }.flatMap { Int($0.dropFirst(5)) }
     }
 
-    private static func makeDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("portico-proxy-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
-    }
 }

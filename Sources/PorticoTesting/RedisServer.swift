@@ -42,7 +42,7 @@ public final class RedisServer: Sendable {
         guard available else { throw Failure(description: "redis-server is not installed (scripts/test installs it)") }
         var lastError: any Error = Failure(description: "redis-server did not start")
         for _ in 0..<5 {
-            let directory = try ExternalServer.temporaryDirectory()
+            let directory = try ScratchDirectory.make("portico")
             let server = RedisServer(port: try unusedPort(), password: password, tls: tls, directory: directory)
             do {
                 try await server.launch()
@@ -154,7 +154,7 @@ public final class RedisServer: Sendable {
         if let child = process.withLock({ $0 }) {
             child.stopInBackground(removing: directory)
         } else {
-            try? FileManager.default.removeItem(at: directory)
+            ScratchDirectory.remove(directory)
         }
     }
 }

@@ -28,22 +28,22 @@ public final class StreamLab: Sendable {
     /// Starts the upstream on a port the kernel chooses (written to a file by the script: no race).
     public static func start() async throws -> StreamLab {
         guard FileManager.default.fileExists(atPath: script) else { throw Failure(description: "missing \(script)") }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("portico-streamlab-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let portFile = directory.appendingPathComponent("port").path
-        let log = directory.appendingPathComponent("log").path
-        let process = try ChildProcess(executable: python, arguments: [script, "serve", "--port-file", portFile],
-                                       standardOutput: .file(log), standardError: .file(log))
-        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
-        while ContinuousClock.now < deadline, process.isRunning {
-            if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let port = Int(text) {
-                return StreamLab(port: port, process: process, directory: directory)
+        return try await ScratchDirectory.make("portico-streamlab") { directory in
+            let portFile = directory.appendingPathComponent("port").path
+            let log = directory.appendingPathComponent("log").path
+            let process = try ChildProcess(executable: python, arguments: [script, "serve", "--port-file", portFile],
+                                           standardOutput: .file(log), standardError: .file(log))
+            let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+            while ContinuousClock.now < deadline, process.isRunning {
+                if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let port = Int(text) {
+                    return StreamLab(port: port, process: process, directory: directory)
+                }
+                try await Task.sleep(for: .milliseconds(20))
             }
-            try await Task.sleep(for: .milliseconds(20))
+            await process.terminate()
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            throw Failure(description: "streamlab.py did not start: \(output)")
         }
-        await process.terminate()
-        let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-        throw Failure(description: "streamlab.py did not start: \(output)")
     }
 
     private init(port: Int, process: ChildProcess, directory: URL) {

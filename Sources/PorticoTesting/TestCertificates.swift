@@ -57,34 +57,24 @@ public struct TestCertificates: Sendable {
 
     private static let generation = Mutex<Task<TestCertificates, any Error>?>(nil)
 
-    /// The shared set's directory, for the exit handler (which cannot capture anything).
-    private static let sharedDirectory = Mutex<String?>(nil)
-
     private static func generateOnThread() async throws -> TestCertificates {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                let result = Result { () throws(Failure) in try TestCertificates() }
-                if case .success(let made) = result {
-                    sharedDirectory.withLock { $0 = made.directory }
-                    atexit {
-                        guard let directory = TestCertificates.sharedDirectory.withLock({ $0 }) else { return }
-                        try? FileManager.default.removeItem(atPath: directory)
-                    }
-                }
-                continuation.resume(with: result)
+                continuation.resume(with: Result { () throws(Failure) in try TestCertificates() })
             }
             thread.name = "portico-test-certificates"
             thread.start()
         }
     }
 
-    /// Makes a fresh set in a new temporary directory.
+    /// Makes a fresh set in a new temporary directory (a `ScratchDirectory`: removed when the
+    /// process exits).
     public init() throws(Failure) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("portico-tls-\(UUID().uuidString)").path
+        let directory: String
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            directory = try ScratchDirectory.make("portico-tls").path
         } catch {
-            throw Failure(description: "cannot create \(directory): \(error)")
+            throw Failure(description: "cannot create a temporary directory: \(error)")
         }
         let maker = Maker(directory: directory)
         self.directory = directory

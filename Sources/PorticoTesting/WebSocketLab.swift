@@ -15,11 +15,12 @@ public enum WebSocketLab {
     /// The upstream, listening on 127.0.0.1; its events are in `events(of:)`.
     public static func upstream() async throws -> ExternalServer {
         guard let python else { throw ExternalServer.Failure(description: "Python's websockets is not installed") }
-        let directory = try ExternalServer.temporaryDirectory()
-        let events = directory.appendingPathComponent("events").path
-        return try await ExternalServer.retryingPorts { port in
-            try await ExternalServer(executable: python, arguments: [script("ws_upstream.py"), String(port), events],
-                                     port: port, directory: directory)
+        return try await ScratchDirectory.make("portico") { directory in
+            let events = directory.appendingPathComponent("events").path
+            return try await ExternalServer.retryingPorts { port in
+                try await ExternalServer(executable: python, arguments: [script("ws_upstream.py"), String(port), events],
+                                         port: port, directory: directory)
+            }
         }
     }
 
@@ -45,8 +46,8 @@ public enum WebSocketLab {
     public static func client(_ url: String, _ scenario: String, _ argument: String? = nil, _ more: [String] = [],
                               timeout: Duration = .seconds(120)) async throws -> (status: Int32?, output: String) {
         guard let python else { throw ExternalServer.Failure(description: "Python's websockets is not installed") }
-        let directory = try ExternalServer.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try ScratchDirectory.make("portico")
+        defer { ScratchDirectory.remove(directory) }
         let output = directory.appendingPathComponent("out").path
         let process = try ChildProcess(executable: python,
                                        arguments: [script("ws_client.py"), url, scenario] + (argument.map { [$0] } ?? []) + more,

@@ -24,12 +24,31 @@ struct WebSocketTests {
             """, environment: [:])
     }
 
+    /// The test's upstream (scripts/ws_upstream.py) and a gateway in front of it with `config`,
+    /// changed by `adjust`. The caller stops both (the upstream from `defer`).
+    static func start(idle: String = "1h", extraListen: String = "", capture: LogCapture? = nil,
+                      adjust: (inout PorticoConfig) -> Void = { _ in }) async throws -> (upstream: ExternalServer, gateway: TestGateway) {
+        let upstream = try await WebSocketLab.upstream()
+        do {
+            var config = try config(upstreamPort: upstream.port, idle: idle, extraListen: extraListen)
+            adjust(&config)
+            return (upstream, try capture.map { try TestGateway(config, logger: $0.logger) } ?? TestGateway(config))
+        } catch {
+            upstream.stop()
+            throw error
+        }
+    }
+
+    /// A WebSocket handshake's headers, for requests sent without the client script.
+    static let handshakeHeaders = [
+        ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ]
+
     @Test("text, binary, a 16 MiB message, fragmented messages, ping/pong and close codes both ways arrive unchanged")
     func echo() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start(capture: LogCapture(message: "request"))
         defer { upstream.stop() }
-        let capture = LogCapture(message: "request")
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port), logger: capture.logger)
         let result = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "echo")
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("ok echo"), "\(result.output)")
@@ -42,9 +61,8 @@ struct WebSocketTests {
 
     @Test("a handshake the upstream refuses with 403 reaches the client as a 403, and auth's header reached the upstream")
     func refused() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start()
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port))
         let result = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "refused")
         #expect(result.status == 0, "\(result.output)")
         #expect(WebSocketLab.events(of: upstream).contains("refused authorization=Bearer relay-token"))
@@ -53,9 +71,8 @@ struct WebSocketTests {
 
     @Test("a client that resets its connection: the upstream sees the session close")
     func clientReset() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start()
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port))
         let result = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "reset")
         #expect(result.status == 0, "\(result.output)")
         #expect(await WebSocketLab.waitForEvent(of: upstream, timeout: .seconds(10)) { $0.hasPrefix("closed /echo") } != nil,
@@ -65,9 +82,8 @@ struct WebSocketTests {
 
     @Test("an upstream that drops its connection: the client sees the close at once")
     func upstreamDies() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start()
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port))
         let result = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "upstream-dies")
         #expect(result.status == 0, "\(result.output)")
         await gateway.stop()
@@ -75,10 +91,8 @@ struct WebSocketTests {
 
     @Test("a session quiet both ways for websocket_idle_timeout is closed with 1001 to both sides")
     func idleTimeout() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start(idle: "1s", capture: LogCapture(message: "request"))
         defer { upstream.stop() }
-        let capture = LogCapture(message: "request")
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, idle: "1s"), logger: capture.logger)
         let result = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "wait-close", "1001")
         #expect(result.status == 0, "\(result.output)")
         #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /hold 1001" } != nil,
@@ -89,12 +103,11 @@ struct WebSocketTests {
     @Test("over a TLS listener (libmicrohttpd relays through a socketpair) the echo suite passes too")
     func tlsListener() async throws {
         let certificates = try await TestCertificates.shared()
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start { config in
+            config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
+                                                privateKeyPEM: certificates.server.keyPEM)
+        }
         defer { upstream.stop() }
-        var config = try Self.config(upstreamPort: upstream.port)
-        config.listen.tls = ListenTLSConfig(certificatePEM: certificates.server.certificatePEM,
-                                            privateKeyPEM: certificates.server.keyPEM)
-        let gateway = try TestGateway(config)
         let result = try await WebSocketLab.client("wss://localhost:\(gateway.port)", "tls-echo", certificates.ca.certificateFile)
         let closed = await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /echo 4001" }
         // Under load this once took past 120 s: libmicrohttpd 0.9.75 relayed 4 bytes per round
@@ -119,10 +132,7 @@ struct WebSocketTests {
         let gateway = try TestGateway(config)
         let first = try await WebSocketLab.client("ws://127.0.0.1:\(gateway.port)", "refused")
         #expect(first.status == 0, "\(first.output)")
-        let second = try await gateway.request("GET", "/refuse", headers: [
-            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
-            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
-        ])
+        let second = try await gateway.request("GET", "/refuse", headers: Self.handshakeHeaders)
         #expect(second.status == 429)
         #expect(WebSocketLab.events(of: upstream).filter { $0.hasPrefix("refused") }.count == 1)
         await gateway.stop()
@@ -130,9 +140,8 @@ struct WebSocketTests {
 
     @Test("an upgraded connection is not closed by listen.idle_timeout (libmicrohttpd's): only websocket_idle_timeout applies")
     func listenIdleTimeoutDoesNotApply() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start(extraListen: ", idle_timeout: 1s")
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, extraListen: ", idle_timeout: 1s"))
         let go = FileManager.default.temporaryDirectory.appendingPathComponent("portico-ws-go-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: go) }
         let url = "ws://127.0.0.1:\(gateway.port)"
@@ -148,9 +157,8 @@ struct WebSocketTests {
 
     @Test("upgraded connections count toward listen.connection_limit")
     func connectionLimitCountsSessions() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start(extraListen: ", connection_limit: 2")
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, extraListen: ", connection_limit: 2"))
         let url = "ws://127.0.0.1:\(gateway.port)"
         let holders = (0..<2).map { _ in Task { try await WebSocketLab.client(url, "wait-close") } }
         let deadline = ContinuousClock.now.advanced(by: .seconds(60))
@@ -195,9 +203,8 @@ struct WebSocketTests {
 
     @Test("a frame sent in the same write as the handshake (read by libmicrohttpd past the head) reaches the upstream first")
     func framePipelinedWithHandshake() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start()
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port))
         let connection = try gateway.connect()
         let text = Array("pipelined-frame".utf8)
         let mask: [UInt8] = [7, 1, 9, 3]
@@ -215,16 +222,12 @@ struct WebSocketTests {
 
     @Test("max_websockets caps the sessions open at once: past it a handshake is answered 503")
     func maxWebsockets() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start(extraListen: ", max_websockets: 1")
         defer { upstream.stop() }
-        let gateway = try TestGateway(try Self.config(upstreamPort: upstream.port, extraListen: ", max_websockets: 1"))
         let url = "ws://127.0.0.1:\(gateway.port)"
         let holder = Task { try await WebSocketLab.client(url, "wait-close") }
         #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /hold") } != nil)
-        let refused = try await gateway.request("GET", "/echo", headers: [
-            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
-            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
-        ])
+        let refused = try await gateway.request("GET", "/echo", headers: Self.handshakeHeaders)
         #expect(refused.status == 503)
         #expect(refused.bodyText.contains("overloaded"))
         // Stopping ends the held session (1001), and the client sees its close.
@@ -235,16 +238,14 @@ struct WebSocketTests {
 
     @Test("a reload leaves open sessions alone")
     func reloadKeepsSessions() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, gateway) = try await Self.start()
         defer { upstream.stop() }
-        let config = try Self.config(upstreamPort: upstream.port)
-        let gateway = try TestGateway(config)
         let go = FileManager.default.temporaryDirectory.appendingPathComponent("portico-ws-go-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: go) }
         let url = "ws://127.0.0.1:\(gateway.port)"
         let client = Task { try await WebSocketLab.client(url, "reload-echo", go) }
         #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /echo") } != nil)
-        var changed = config
+        var changed = try Self.config(upstreamPort: upstream.port)
         changed.routes[0].websocketIdleTimeout = .seconds(600)
         try gateway.server.reload(changed)
         #expect(FileManager.default.createFile(atPath: go, contents: Data()))
@@ -272,11 +273,22 @@ struct WebSocketProcessTests {
         """
     }
 
+    /// The test's upstream and the portico process in front of it with `yaml`. The caller stops
+    /// both (from `defer`).
+    static func start() async throws -> (upstream: ExternalServer, proxy: ProxyProcess) {
+        let upstream = try await WebSocketLab.upstream()
+        do {
+            return (upstream, try await ProxyProcess.portico(yaml: yaml(upstreamPort: upstream.port)))
+        } catch {
+            upstream.stop()
+            throw error
+        }
+    }
+
     @Test("one access-log line per session at its end (bytes each way, duration, how it ended) and the session metrics")
     func logAndMetrics() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, proxy) = try await Self.start()
         defer { upstream.stop() }
-        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
         defer { proxy.stop() }
         let result = try await WebSocketLab.client("ws://127.0.0.1:\(proxy.port)", "echo")
         #expect(result.status == 0, "\(result.output)")
@@ -309,9 +321,8 @@ struct WebSocketProcessTests {
 
     @Test("SIGTERM: sessions get the grace period, then a close frame 1001 on both sides")
     func drain() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, proxy) = try await Self.start()
         defer { upstream.stop() }
-        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
         defer { proxy.stop() }
         let url = "ws://127.0.0.1:\(proxy.port)"
         let client = Task { try await WebSocketLab.client(url, "wait-close", "1001") }
@@ -335,9 +346,8 @@ struct WebSocketProcessTests {
 
     @Test("1,000 concurrent idle sessions: RSS growth recorded and bounded; every session still echoes")
     func thousandIdleSessions() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, proxy) = try await Self.start()
         defer { upstream.stop() }
-        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
         defer { proxy.stop() }
         let url = "ws://127.0.0.1:\(proxy.port)"
         // Warm up: the first sessions make the loops' and allocators' first allocations.
@@ -375,9 +385,8 @@ struct WebSocketProcessTests {
 
     @Test("backpressure both ways: a peer that does not read stops the other's sending, and Portico holds no backlog")
     func backpressure() async throws {
-        let upstream = try await WebSocketLab.upstream()
+        let (upstream, proxy) = try await Self.start()
         defer { upstream.stop() }
-        let proxy = try await ProxyProcess.portico(yaml: Self.yaml(upstreamPort: upstream.port))
         defer { proxy.stop() }
         let url = "ws://127.0.0.1:\(proxy.port)"
         let warm = try await WebSocketLab.client(url, "echo")

@@ -65,14 +65,14 @@ public struct TLSClientConfig: Sendable, Equatable {
         // NIOSSL would accept TLS 1.0; Portico's floor is 1.2 unless `min_version` raises it.
         configuration.minimumTLSVersion = minimumVersion == .tls13 ? .tlsv13 : .tlsv12
         if insecureSkipVerify || (verification == .pinOnly && pins != nil) {
-            // `pin_only`: the pin (`PinVerificationHandler`) is the whole check.
+            // `pin_only`: the pin (`PeerCertificateCheckHandler`) is the whole check.
             configuration.certificateVerification = .none
         }
         return configuration
     }
 
     /// The context for connections that check `server_name` themselves (`HTTP1ConnectionPool`):
-    /// BoringSSL verifies the chain, `ServerNameVerificationHandler` the name. NIOSSL's own name
+    /// BoringSSL verifies the chain, `PeerCertificateCheckHandler` the name. NIOSSL's own name
     /// check is off: it would also accept an IP-address name equal to the connected address.
     func strictServerNameContext() -> NIOSSLContext? {
         var configuration = nioConfiguration

@@ -5,9 +5,9 @@ import NIOPosix
 import NIOSSL
 
 /// One HTTP/1.1 connection of an `HTTP1ConnectionPool`: a channel whose pipeline is, for TLS,
-/// `NIOSSLClientHandler` (+ `ServerNameVerificationHandler` with `server_name`), NIO's HTTP/1 client codec and
-/// an `HTTP1ExchangeHandler`. The handlers live on the channel's event loop; this type only
-/// holds the channel and reaches them through the loop.
+/// `NIOSSLClientHandler` (+ a `PeerCertificateCheckHandler` each for `pin_sha256` and
+/// `server_name`), NIO's HTTP/1 client codec and an `HTTP1ExchangeHandler`. The handlers live on
+/// the channel's event loop; this type only holds the channel and reaches them through the loop.
 struct HTTP1Connection: Sendable {
     /// How to reach and verify the upstream.
     struct Endpoint: Sendable {
@@ -20,7 +20,7 @@ struct HTTP1Connection: Sendable {
         /// Without `serverName`: the host sent as SNI and verified by NIOSSL (an IP address is
         /// checked against the certificate's IP names instead).
         var verifiedHost: String? = nil
-        /// `tls.pin_sha256`: the leaf's key must match (`PinVerificationHandler`).
+        /// `tls.pin_sha256`: the leaf's key must match (`PeerCertificateCheckHandler`).
         var pins: SPKIPins? = nil
 
         /// The endpoint for `url`: plain HTTP, or TLS verified as `tls:` says — with
@@ -97,10 +97,10 @@ struct HTTP1Connection: Sendable {
                         let sni = (endpoint.serverName ?? endpoint.verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
                         try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
                         if let pins = endpoint.pins {
-                            try pipeline.addHandler(PinVerificationHandler(pins: pins))
+                            try pipeline.addHandler(PeerCertificateCheckHandler(.pins(pins)))
                         }
                         if let serverName = endpoint.serverName {
-                            try pipeline.addHandler(ServerNameVerificationHandler(serverName: serverName))
+                            try pipeline.addHandler(PeerCertificateCheckHandler(.serverName(serverName)))
                         }
                     }
                     // No outbound header validation: the fields come from `HTTPFields`, whose names are

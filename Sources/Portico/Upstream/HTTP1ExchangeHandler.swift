@@ -4,7 +4,7 @@ import NIOSSL
 import NIOTLS
 
 /// The last handler of an `HTTP1Connection`'s pipeline: says when the connection is ready
-/// (TCP up, and with TLS the handshake done and `ServerNameVerificationHandler` satisfied), then
+/// (TCP up, and with TLS the handshake done and `PeerCertificateCheckHandler` satisfied), then
 /// runs one exchange at a time: writes the request (a streamed request body follows from
 /// `HTTP1Connection`), collects the response head, then the body up to a limit — or, for a
 /// large or undeclared body (`ResponseBodyPlan`), answers at the head with a streamed body and

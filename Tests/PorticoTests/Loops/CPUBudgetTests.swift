@@ -1,5 +1,6 @@
 import Foundation
 @testable import Portico
+import PorticoTesting
 import Testing
 
 /// `listen.threads: auto` follows the cores the process may use (issue #33).
@@ -35,9 +36,10 @@ struct CPUBudgetTests {
         #expect(CPUBudget.resolve(online: 16, affinity: 16, cgroup: (2, 3)) == CPUBudget(cores: 2, limitedBy: "cpuset"))
     }
 
-    /// A fixture tree standing for `/`: cgroup files as a container runtime lays them out.
+    /// A fixture tree standing for `/`: cgroup files as a container runtime lays them out (removed
+    /// when the test process exits).
     func fixture(_ files: [String: String]) throws -> CPUBudget.FileReader {
-        let root = NSTemporaryDirectory() + "cpu-budget-\(UUID().uuidString)"
+        let root = try ScratchDirectory.make("portico-cpu-budget").path
         for (path, text) in files {
             let url = URL(fileURLWithPath: root + path)
             try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
