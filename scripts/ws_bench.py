@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """WebSocket load for bench/websocket (Python's `websockets` package).
 
-    ws_bench.py echo URL --sessions 100 --seconds 10 --size 64
+    ws_bench.py echo URL --sessions 100 --seconds 10 --size 64 [--ca CA_FILE]
         Each of --sessions sessions sends a --size-byte binary message and waits for its echo,
         again and again for --seconds. Prints one line: messages/s, p50 and p99 latency (ms).
+        A wss:// URL trusts --ca.
     ws_bench.py idle URL --sessions 1000 --pid PID
         Opens --sessions idle sessions and prints the RSS growth of process PID per session.
     ws_bench.py server PORT
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import os
 import resource
+import ssl
 import statistics
 import sys
 import time
@@ -37,13 +39,15 @@ async def echo_server(port):
         await asyncio.Future()
 
 
-async def echo_load(url, sessions, seconds, size):
+async def echo_load(url, sessions, seconds, size, ca=None):
     payload = os.urandom(size)
+    context = ssl.create_default_context(cafile=ca) if ca else None
     latencies = []
     deadline = time.monotonic() + seconds
 
     async def one():
-        async with connect(url, ping_interval=None, compression=None, open_timeout=60) as ws:
+        async with connect(url, ping_interval=None, compression=None, open_timeout=60, max_size=None,
+                           ssl=context) as ws:
             while time.monotonic() < deadline:
                 started = time.perf_counter()
                 await ws.send(payload)
@@ -89,11 +93,12 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--pid", type=int)
+    parser.add_argument("--ca")
     args = parser.parse_args()
     if args.mode == "server":
         asyncio.run(echo_server(int(args.target)))
     elif args.mode == "echo":
-        asyncio.run(echo_load(args.target, args.sessions, args.seconds, args.size))
+        asyncio.run(echo_load(args.target, args.sessions, args.seconds, args.size, args.ca))
     else:
         asyncio.run(idle(args.target, args.sessions, args.pid))
 

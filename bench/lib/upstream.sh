@@ -1,8 +1,9 @@
 # Sourced by bench/run, bench/cpu, bench/instructions, bench/urlsession-floor/run and scripts/link-order.
 #
-#   start_nginx WORK_DIR NAME HTTP_BLOCK  one nginx, one worker, in WORK_DIR/NAME, serving what
-#                                         HTTP_BLOCK (server and upstream blocks) says; appends
-#                                         its pid to the caller's `pids` array
+#   start_nginx WORK_DIR NAME HTTP_BLOCK [WORKERS]
+#                                         one nginx (one worker unless WORKERS), in WORK_DIR/NAME,
+#                                         serving what HTTP_BLOCK (server and upstream blocks)
+#                                         says; appends its pid to the caller's `pids` array
 #   start_nginx_upstream WORK_DIR PORT    the benches' upstream: bench/cpu's 1 KiB JSON answer on
 #                                         /, the same with `Cache-Control: max-age=3600` on
 #                                         /cached, on 127.0.0.1, .2 and .3 (three endpoints for
@@ -18,7 +19,7 @@ start_nginx() {
   local dir=$1/$2
   mkdir -p "$dir"
   cat > "$dir/nginx.conf" <<NGINX
-worker_processes 1;
+worker_processes ${4:-1};
 error_log $dir/error.log warn;
 pid $dir/nginx.pid;
 events { worker_connections 4096; }
