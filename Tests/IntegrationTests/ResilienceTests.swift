@@ -195,6 +195,71 @@ struct ResilienceTests {
         await trio.stop()
     }
 
+    @Test("a streamed response counts toward max_requests until its body ends, not at its head",
+          arguments: UpstreamConfig.Transport.allCases)
+    func breakerCountsStreamsToTheirEnd(transport: UpstreamConfig.Transport) async throws {
+        let producers = Shared<[AsyncStream<[UInt8]>.Continuation]>([])
+        let trio = try await EndpointTrio.start { upstream in
+            upstream.route("/api/events") { _ in
+                let (events, producer) = AsyncStream<[UInt8]>.makeStream()
+                producer.yield(Array("data: hello\n\n".utf8))
+                producers.update { $0.append(producer) }
+                return .streamed(headers: [("Content-Type", "text/event-stream")], events)
+            }
+        }
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+            var breaker = CircuitBreakerConfig()
+            breaker.maxRequests = 2
+            $0.circuitBreaker = breaker
+        })
+        var clients: [StreamingClient] = []
+        for _ in 0..<2 {
+            let client = try StreamingClient(port: gateway.port, timeout: .seconds(120))
+            try await client.get("/api/events")
+            let head = try await client.readHead()
+            try #require(head.status == 200, "\(head.status): \(head.bodyText)")
+            _ = try await client.readBody(until: "data: hello\n\n")
+            clients.append(client)
+        }
+        // Both heads are out, both bodies still flowing: the breaker still counts both.
+        let refused = try await gateway.request("GET", "/api/item")
+        #expect(refused.status == 503)
+        #expect(refused.bodyText.contains(#""error":"upstream_overloaded""#))
+        for producer in producers.current { producer.finish() }
+        for client in clients {
+            #expect(try await client.readBodyToEnd() == .complete)
+            client.close()
+        }
+        // Given back when each body ended (on its reader's thread, just after the last byte).
+        try await Eventually.wait("a request admitted again") { (try? await gateway.request("GET", "/api/item"))?.status == 200 }
+        await gateway.stop()
+        await trio.stop()
+    }
+
+    @Test("an endpoint whose responses break off mid-body is ejected like one that refuses connections",
+          arguments: UpstreamConfig.Transport.allCases)
+    func midBodyResetCounts(transport: UpstreamConfig.Transport) async throws {
+        let trio = try await EndpointTrio.start()
+        trio.upstreams[1].route("/api/item") { _ in
+            let (pieces, producer) = AsyncStream<[UInt8]>.makeStream()
+            producer.yield(Array("partial".utf8))
+            producer.finish()
+            // Chunked (so the gateway streams it on, head first), then closed without the last
+            // chunk: the body is cut short after its head went out. (A small declared length
+            // would be read whole before the head: a failure of the exchange itself.)
+            return .streamed(pieces, end: .close)
+        }
+        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) { $0.outlierDetection.maxEjection = 1 })
+        for _ in 0..<60 {
+            _ = try? await gateway.request("GET", "/api/item")
+        }
+        // Three breaks in a row (consecutive_failures: 3), then ejected for the rest.
+        #expect(trio.upstreams[1].hits("/api/item") == 3)
+        #expect(trio.upstreams[0].hits("/api/item") + trio.upstreams[2].hits("/api/item") == 57)
+        await gateway.stop()
+        await trio.stop()
+    }
+
     @Test("an endpoint that accepts connections and never answers is marked unhealthy by its check and gets no traffic",
           arguments: UpstreamConfig.Transport.allCases)
     func hangingEndpointUnhealthy(transport: UpstreamConfig.Transport) async throws {

@@ -34,7 +34,8 @@ import Synchronization
 /// **Retries** (the `retry` middleware calls again with the same request stats): an attempt avoids
 /// the endpoint whose attempt just failed when another is available.
 ///
-/// **The breaker** counts a request from its pick until its response head (or failure); past
+/// **The breaker** counts a request from its pick until its response is over (its head, or the
+/// end of a streamed body) or fails; past
 /// `max_requests`, or past the endpoints' connections (`max_connections` each) plus
 /// `max_pending`, the request is answered `503 upstream_overloaded` with `Retry-After` at once.
 public final class BalancedUpstream: UpstreamClient {
@@ -225,7 +226,10 @@ public final class BalancedUpstream: UpstreamClient {
         if let breaker, !breaker.inFlight.tryAcquire(limit: breaker.limit) {
             throw refusal(breaker)
         }
-        defer { breaker?.inFlight.release() }
+        // Until the exchange is over: at the response head, or for a streamed body when it ends
+        // (`followStream`, which then takes these over).
+        var streaming = false
+        defer { if !streaming { breaker?.inFlight.release() } }
         let rowIndex = loops.currentIndex ?? loops.count
         let row = rows[rowIndex]
         let set = currentSet(rowIndex)
@@ -240,14 +244,22 @@ public final class BalancedUpstream: UpstreamClient {
         if pick.allDown { metrics.allDown.increment() }
         endpoint.metrics.requests.increment()
         row.add(index, 1)
-        defer { row.add(index, -1) }
+        defer { if !streaming { row.add(index, -1) } }
         do {
-            let response = try await endpoint.client.send(request, context: context)
-            if let failure = EndpointFailure(status: response.status.code, policy: config.outlierDetection.failures) {
+            var response = try await endpoint.client.send(request, context: context)
+            let failure = EndpointFailure(status: response.status.code, policy: config.outlierDetection.failures)
+            // A lone endpoint without a breaker has nothing to follow a stream for.
+            let follow = response.body.isStreamed && (breaker != nil || set.endpoints.count > 1)
+            if let failure {
                 failed(endpoint, failure, at: offset(context.clock.now))
                 context.stats.update { $0[FailedEndpoint.self] = index }
-            } else {
+            } else if !follow {
                 succeeded(endpoint, at: offset(context.clock.now), allDown: pick.allDown)
+            }
+            if follow {
+                streaming = true
+                followStream(&response.body, endpoint: endpoint, row: row, rowIndex: rowIndex, column: index,
+                             clock: context.clock, success: failure == nil ? pick.allDown : nil)
             }
             return response
         } catch {
@@ -257,6 +269,34 @@ public final class BalancedUpstream: UpstreamClient {
             }
             throw error
         }
+    }
+
+    /// A streamed response is in flight until its body ends, not at its head: the breaker's
+    /// count and the loop's in-flight count for `least_request` are given back then, and an
+    /// upstream that resets or closes short mid-body counts against its endpoint (`reset`).
+    /// Whether a good head was a success is known only then too: `success` (the pick's
+    /// `allDown`, or nil when the head already failed) is recorded when the body ends whole.
+    /// The body's end comes on its reader's thread (the daemon thread paired with the loop):
+    /// the loop's own row is written back on the loop, so no other thread writes it.
+    private func followStream(_ body: inout Body, endpoint: EndpointState, row: LoopSlots, rowIndex: Int, column: Int,
+                              clock: any GatewayClock, success allDown: Bool?) {
+        let breaker = breaker
+        let loop = rowIndex < loops.count ? loops.loops[rowIndex] : nil
+        body.append(StreamObserver(clock: clock, onEnd: { [self] observation in
+            breaker?.inFlight.release()
+            if let loop, !loop.inEventLoop {
+                loop.execute { row.add(column, -1) }
+            } else {
+                row.add(column, -1)
+            }
+            switch observation.ending {
+            case .complete: if let allDown { succeeded(endpoint, at: offset(clock.now), allDown: allDown) }
+            case .upstreamReset: failed(endpoint, .reset, at: offset(clock.now))
+            // A stream's timeouts are the gateway's limits (max_stream_duration, the request's
+            // deadline) as often as an upstream stalling: not counted.
+            case .clientGone, .tooLarge, .timeout: break
+            }
+        }), keepsLength: true)
     }
 
     public func shutdown() async {
