@@ -5,7 +5,7 @@
 
 Prints "ok SCENARIO" and exits 0 when the scenario behaves, else prints what went wrong and
 exits 1. URL is the base, ws://host:port, or wss:// with the CA file that signed the server's
-certificate (`--ca`, or ARG for `tls-echo`).
+certificate (`--ca`).
 """
 import asyncio
 import os
@@ -193,10 +193,7 @@ async def ignore_flood(url, hold):
 async def main():
     raise_descriptor_limit()
     if scenario == "echo":
-        await echo(base)
-    elif scenario == "tls-echo":
-        context = ssl.create_default_context(cafile=arg)
-        await echo(base, context)
+        await echo(base, TLS)
     elif scenario == "refused":
         await refused(base)
     elif scenario == "reset":
