@@ -118,7 +118,7 @@ public enum ConfigSchema {
         key("max_body_bytes", .size(minimum: 0), "Request body limit (413 beyond); default 10MiB."),
         key("buffer_request_body", .size(minimum: 0), "A declared body up to this is read whole first (replayable by retry and auth); default 64KiB."),
         key("max_in_flight", .integer(0...Int.max), "Requests in flight over all routes; beyond, 503 overloaded; 0 = no cap; default 4096."),
-        key("max_websockets", .integer(0...Int.max), "Upgraded (WebSocket) sessions open at once; beyond, 503 overloaded; 0 = no cap; default 0."),
+        key("max_websockets", .integer(0...Int.max), "Upgraded (WebSocket) sessions open at once; beyond, 503 overloaded; 0 (default) = as many as the descriptor limit holds (4 descriptors a session, 7 on a TLS listener)."),
         key("drain_delay", .duration(), "On SIGTERM keep accepting this long after /readyz turns 503; default 0."),
         key("shutdown_grace", .duration(), "On SIGTERM in-flight requests get this long; default 30s."),
         key("tls", .section(listenTLS), "Serve HTTPS; default plain HTTP."),

@@ -30,4 +30,19 @@ public enum ConnectionLimitSizing {
     public static func descriptorsNeeded(connectionLimit: Int) -> Int {
         ServerConfiguration.descriptorsNeeded(connectionLimit: connectionLimit)
     }
+
+    /// Descriptors one upgraded (WebSocket) session holds: the client connection's two, the
+    /// relay's own duplicate of the client's socket and the upstream connection; on a TLS
+    /// listener also libmicrohttpd's socketpair and the server's duplicate of its end.
+    public static func descriptorsPerSession(tls: Bool) -> Int { tls ? 7 : 4 }
+
+    /// The cap on sessions when `listen.max_websockets` is not set: as many as the hard
+    /// descriptor limit holds beside the reserve (sessions alone never run the process out of
+    /// descriptors); 0 (no cap) when the limit is unknown or unlimited.
+    public static func websocketLimit(descriptorLimit: UInt64?, tls: Bool) -> Int {
+        guard let descriptorLimit, descriptorLimit != .max else { return 0 }
+        guard descriptorLimit > UInt64(reserve) else { return minimumDefault }
+        let fitting = (descriptorLimit - UInt64(reserve)) / UInt64(descriptorsPerSession(tls: tls))
+        return max(minimumDefault, Int(clamping: fitting))
+    }
 }

@@ -18,6 +18,8 @@ public final class Gateway: Sendable {
     private let inFlight: InFlightLimit
     /// `listen.max_websockets`: upgraded sessions open at once (with their handshakes).
     private let websockets: InFlightLimit
+    /// The cap when `max_websockets` is 0 (not set): sized to the descriptor limit; 0 for none.
+    private let defaultWebsocketLimit: Int
     let logger: Logger
     let clock: any GatewayClock
     let metrics: GatewayMetrics
@@ -26,11 +28,15 @@ public final class Gateway: Sendable {
 
     /// `threads`: the server's daemon threads (requests of thread `i` read slot `i`).
     public init(runtime: GatewayRuntime, logger: Logger, clock: any GatewayClock = SystemClock(),
-                metrics: GatewayMetrics = GatewayMetrics(), scheme: String = "http", threads: Int = 1) {
+                metrics: GatewayMetrics = GatewayMetrics(), scheme: String = "http", threads: Int = 1,
+                defaultWebsocketLimit: Int = 0) {
         self.runtimes = (0..<max(1, threads)).map { _ in RuntimeSlot(runtime) }
         self.scheme = scheme
+        self.defaultWebsocketLimit = defaultWebsocketLimit
         self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight, name: "listen.max_in_flight")
-        self.websockets = InFlightLimit(limit: runtime.config.listen.maxWebsockets, name: "listen.max_websockets")
+        self.websockets = InFlightLimit(limit: runtime.config.listen.maxWebsockets == 0 ? defaultWebsocketLimit
+                                                                                       : runtime.config.listen.maxWebsockets,
+                                        name: "listen.max_websockets")
         self.logger = logger
         self.clock = clock
         self.metrics = metrics
@@ -52,7 +58,7 @@ public final class Gateway: Sendable {
     public func install(_ new: GatewayRuntime) -> GatewayRuntime {
         installing.withLock { _ in
             inFlight.limit = new.config.listen.maxInFlight
-            websockets.limit = new.config.listen.maxWebsockets
+            websockets.limit = new.config.listen.maxWebsockets == 0 ? defaultWebsocketLimit : new.config.listen.maxWebsockets
             let old = current
             for slot in runtimes { slot.runtime.withLock { $0 = new } }
             return old

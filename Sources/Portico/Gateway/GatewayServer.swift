@@ -38,7 +38,8 @@ public final class GatewayServer: Sendable {
             throw error
         }
         let gateway = Gateway(runtime: runtime, logger: logger, clock: clock, metrics: metrics,
-                              scheme: config.listen.tls == nil ? "http" : "https", threads: loops.count)
+                              scheme: config.listen.tls == nil ? "http" : "https", threads: loops.count,
+                              defaultWebsocketLimit: Self.defaultWebsocketLimit(config, logger: logger))
         self.loops = loops
         self.metrics = metrics
         self.configFile = configFile
@@ -87,14 +88,34 @@ public final class GatewayServer: Sendable {
 
     /// `configured`, or when unset the default sized to the hard descriptor limit (said at info).
     static func connectionLimit(_ configured: Int?, logger: Logger) -> Int {
-        var limit = rlimit()
-        let known = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_max != rlim_t.max  // RLIM_INFINITY
-        let descriptorLimit = known ? UInt64(limit.rlim_max) : nil
+        let descriptorLimit = hardDescriptorLimit()
         let chosen = ConnectionLimitSizing.connectionLimit(configured: configured, descriptorLimit: descriptorLimit)
         if configured == nil {
             logger.info("listen.connection_limit not set: \(chosen) connections", metadata: [
                 "descriptor_limit": .string(descriptorLimit.map(String.init) ?? "unlimited"),
                 "descriptors_needed": .stringConvertible(ConnectionLimitSizing.descriptorsNeeded(connectionLimit: chosen)),
+            ])
+        }
+        return chosen
+    }
+
+    /// The hard limit on open descriptors; nil when unknown or unlimited.
+    static func hardDescriptorLimit() -> UInt64? {
+        var limit = rlimit()
+        let known = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_max != rlim_t.max  // RLIM_INFINITY
+        return known ? UInt64(limit.rlim_max) : nil
+    }
+
+    /// The session cap when `listen.max_websockets` is not set (0: none), said at info when a
+    /// route opts in to upgrades.
+    static func defaultWebsocketLimit(_ config: PorticoConfig, logger: Logger) -> Int {
+        let descriptorLimit = hardDescriptorLimit()
+        let tls = config.listen.tls != nil
+        let chosen = ConnectionLimitSizing.websocketLimit(descriptorLimit: descriptorLimit, tls: tls)
+        if config.listen.maxWebsockets == 0, config.routes.contains(where: { !$0.upgrade.isEmpty }) {
+            logger.info("listen.max_websockets not set: \(chosen == 0 ? "no cap but connection_limit" : "\(chosen) sessions")", metadata: [
+                "descriptor_limit": .string(descriptorLimit.map(String.init) ?? "unlimited"),
+                "descriptors_per_session": .stringConvertible(ConnectionLimitSizing.descriptorsPerSession(tls: tls)),
             ])
         }
         return chosen

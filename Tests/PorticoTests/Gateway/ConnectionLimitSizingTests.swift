@@ -34,4 +34,17 @@ struct ConnectionLimitSizingTests {
         #expect(try ConfigLoader.load(yaml: "listen: { connection_limit: 10000 }\n" + route, environment: [:])
             .listen.connectionLimit == 10_000)
     }
+
+    @Test("max_websockets unset: sized so sessions alone fit the hard descriptor limit (4 descriptors a session, 7 over TLS)",
+          arguments: [(UInt64(20_000), false, 4_744), (20_000, true, 2_710), (1_048_576, false, 261_888), (1_200, false, 64),
+                      (1_024, true, 64)])
+    func websocketDefault(descriptorLimit: UInt64, tls: Bool, expected: Int) {
+        let limit = ConnectionLimitSizing.websocketLimit(descriptorLimit: descriptorLimit, tls: tls)
+        #expect(limit == expected)
+        if limit > 64 {
+            #expect(UInt64(limit * ConnectionLimitSizing.descriptorsPerSession(tls: tls) + ConnectionLimitSizing.reserve) <= descriptorLimit)
+        }
+        // Unknown or unlimited: no cap of its own (connection_limit still holds).
+        #expect(ConnectionLimitSizing.websocketLimit(descriptorLimit: nil, tls: tls) == 0)
+    }
 }
