@@ -120,6 +120,28 @@ async def wait_close(url, expected):
             fail(f"close code {ws.close_code}, expected {expected}")
 
 
+async def slow_frame(url):
+    """Sends one 2 MiB binary frame to /hold in 32 KiB pieces, 20 ms apart (raw, masked, so the
+    frame is still in progress when the test stops the gateway), then expects a close 1001."""
+    payload = os.urandom(2 << 20)
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    frame = bytes([0x82, 0x80 | 127]) + struct.pack("!Q", len(payload)) + mask + masked
+    async with connect(url + "/hold", ping_interval=None, ssl=TLS) as ws:
+        print("open", flush=True)
+        for start in range(0, len(frame), 32768):
+            ws.transport.write(frame[start:start + 32768])
+            await asyncio.sleep(0.02)
+        print("sent", flush=True)
+        try:
+            await asyncio.wait_for(ws.recv(), 60)
+            fail("a message")
+        except ConnectionClosed:
+            pass
+        if ws.close_code != 1001:
+            fail(f"close code {ws.close_code}, expected 1001")
+
+
 async def wait_for_file(path, timeout=120):
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
@@ -202,6 +224,8 @@ async def main():
         await upstream_dies(base)
     elif scenario == "wait-close":
         await wait_close(base, int(arg) if arg else None)
+    elif scenario == "slow-frame":
+        await slow_frame(base)
     elif scenario == "many":
         await many(base, int(arg), sys.argv[4])
     elif scenario == "stall-upstream":

@@ -7,8 +7,9 @@ Paths: /echo echoes every message as it came (text stays text, binary binary); a
 "close:CODE" makes it close with CODE; "die" makes it drop the TCP connection without a close
 frame. /refuse answers the handshake 403. /hold sends nothing. /stall reads nothing; /flood
 sends 64 KiB messages until a send stalls for 5 s ("flood stalled after BYTES"). Each line of EVENTS_FILE is one
-event: "open PATH authorization=VALUE", "refused authorization=VALUE", "closed PATH CODE" (the
-close code the client sent, or "none" when the connection ended without one).
+event: "open PATH authorization=VALUE", "refused authorization=VALUE", "message PATH LENGTH" (a
+message on a path other than /echo), "closed PATH CODE" (the close code the client sent, or
+"none" when the connection ended without one).
 """
 import asyncio
 import os
@@ -63,6 +64,7 @@ async def handler(ws):
     try:
         async for message in ws:
             if path != "/echo":
+                record(f"message {path} {len(message)}")
                 continue
             if isinstance(message, str) and message.startswith("close:"):
                 await ws.close(int(message.split(":")[1]), "closing as asked")

@@ -354,6 +354,24 @@ struct WebSocketProcessTests {
         #expect(proxy.log.contains("ended=drained"), "\(proxy.log)")
     }
 
+    @Test("SIGTERM with a frame in progress: it is relayed to its end, then each side gets its close frame 1001")
+    func drainFinishesFrameInProgress() async throws {
+        let (upstream, proxy) = try await Self.start()
+        defer { upstream.stop() }
+        defer { proxy.stop() }
+        // The client sends one 2 MiB frame over about 1.3 s; the grace (300 ms) ends in its middle.
+        let client = Task { try await WebSocketLab.client("ws://127.0.0.1:\(proxy.port)", "slow-frame") }
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0.hasPrefix("open /hold") } != nil)
+        await proxy.terminate()
+        let result = try await client.value
+        #expect(result.status == 0, "\(result.output)")
+        // The whole message reached the upstream, then a well-formed 1001 (inserted mid-frame it
+        // would be a protocol error; without it the upstream would see no close code).
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /hold 1001" } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        #expect(WebSocketLab.events(of: upstream).contains("message /hold \(2 << 20)"), "\(WebSocketLab.events(of: upstream))")
+    }
+
     /// Measured on the 2-core development machine (Swift 6.3.1, debug build, 2 threads, twice):
     /// 1,000 idle sessions grew Portico's RSS by 40.1 MB, 40.1 KB a session. Per session Portico
     /// holds the client's connection — libmicrohttpd's connection and its memory pool, up to

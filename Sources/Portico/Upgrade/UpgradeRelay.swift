@@ -48,6 +48,9 @@ final class RelayHandler: ChannelDuplexHandler {
     /// Frames read from this side (toward the partner): where a close frame may go in.
     private(set) var frames = WebSocketFrameTracker()
     private(set) var isClosed = false
+    /// Ending with close frames (`finishFrame`): bytes pass only until the frame in progress
+    /// toward the partner is whole; then reading stops and `settled` runs, once.
+    private var settled: (() -> Void)?
 
     init(side: Side) {
         self.side = side
@@ -67,7 +70,22 @@ final class RelayHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let buffer = unwrapInboundIn(data)
+        var buffer = unwrapInboundIn(data)
+        if let settled {
+            // Only the rest of the frame in progress goes on; what follows it is dropped.
+            let frameBytes = frames.consumeToBoundary(buffer)
+            bytesRead += frameBytes
+            if frameBytes > 0, let slice = buffer.readSlice(length: frameBytes) {
+                session?.activity()
+                partner?.write(slice)
+                partner?.flush()
+            }
+            if frames.atBoundary {
+                self.settled = nil
+                settled()
+            }
+            return
+        }
         bytesRead += buffer.readableBytes
         frames.consume(buffer)
         guard let partner else {
@@ -84,6 +102,11 @@ final class RelayHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
+        if settled == nil && frames.atBoundary && finishing {
+            // Whole, and ending: nothing more is read.
+            readPending = true
+            return
+        }
         if let partner, partner.isWritable {
             context.read()
         } else {
@@ -98,6 +121,11 @@ final class RelayHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         isClosed = true
+        if let settled {
+            // Gone mid-frame: nothing more to wait for from this side.
+            self.settled = nil
+            settled()
+        }
         session?.sideClosed(side)
         context.fireChannelInactive()
     }
@@ -140,6 +168,22 @@ final class RelayHandler: ChannelDuplexHandler {
         // A read held before the join (by this handler or one removed since) is asked for again.
         readPending = false
         context?.read()
+    }
+
+    /// Set once the session ends with close frames: no more frames are read from this side.
+    private var finishing = false
+
+    /// The session is ending with close frames: this side's frame in progress toward the
+    /// partner is relayed to its end (nothing after it), then `settled` runs — at once when
+    /// between two frames, or never if this side closes first.
+    func finishFrame(then settled: @escaping () -> Void) {
+        finishing = true
+        guard !frames.atBoundary, !isClosed else {
+            settled()
+            return
+        }
+        self.settled = settled
+        resumeReads()
     }
 
     /// Writes `frame` (if any) after everything already queued, then closes once it is out.

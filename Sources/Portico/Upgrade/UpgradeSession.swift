@@ -12,7 +12,8 @@ import Glibc
 /// leaves the pair it arrived on. Either side closing or resetting closes the other at once
 /// (after what was already relayed is written); a session quiet both ways for `idleTimeout`
 /// is ended, as is every session when the server stops past its grace, each side then getting
-/// a close frame 1001 first (between two frames: `WebSocketFrameTracker`).
+/// a close frame 1001 first, between two frames (`WebSocketFrameTracker`): a frame in progress is
+/// relayed to its end first (`closeSides`).
 ///
 /// `@unchecked Sendable`: libmicrohttpd calls it from its daemon thread and `stop` from any
 /// thread, but every method hops onto `loop` before touching state, and all state is read and
@@ -27,6 +28,9 @@ final class UpgradeSession: ConnectionUpgradeHandler, @unchecked Sendable {
     private var started: ContinuousClock.Instant?
     private var lastActivity = NIODeadline.now()
     private var idleTimer: Scheduled<Void>?
+    /// Ending with close frames: the limit on waiting for frames in progress (`closeSides`).
+    private var finishTimer: Scheduled<Void>?
+    private var closing = false
     private var reason: UpgradeEndReason?
     /// Sides still open (the client's counts from its channel's registration).
     private var openSides = 1
@@ -147,7 +151,34 @@ final class UpgradeSession: ConnectionUpgradeHandler, @unchecked Sendable {
         closeSides(goingAway: goingAway)
     }
 
+    /// How long a side in the middle of a frame gets to finish it before the close frames.
+    static let finishTimeout = TimeAmount.seconds(10)
+
+    /// Closes both sides; with `goingAway`, each first gets its close frame 1001, which must go in
+    /// between two frames: a side that is in the middle of sending one relays it to its end first
+    /// (and nothing after it), for at most `finishTimeout`; a side still mid-frame then is closed
+    /// without one.
     private func closeSides(goingAway: Bool) {
+        guard goingAway else {
+            closeNow(goingAway: false)
+            return
+        }
+        let upstream = tunnel.relay.value
+        var unsettled = 2
+        let settled = { [self] in
+            unsettled -= 1
+            if unsettled == 0 { closeNow(goingAway: true) }
+        }
+        finishTimer = loop.scheduleTask(in: Self.finishTimeout) { [self] in closeNow(goingAway: true) }
+        client.finishFrame(then: settled)
+        upstream.finishFrame(then: settled)
+    }
+
+    private func closeNow(goingAway: Bool) {
+        guard !closing else { return }
+        closing = true
+        finishTimer?.cancel()
+        finishTimer = nil
         let upstream = tunnel.relay.value
         client.close(after: goingAway && upstream.frames.atBoundary
                      ? WebSocketCloseFrame.toClient(code: WebSocketCloseFrame.goingAway) : nil)

@@ -17,12 +17,26 @@ struct WebSocketFrameTracker: Sendable {
     var atBoundary: Bool { headerCount == 0 && payloadRemaining == 0 }
 
     mutating func consume(_ buffer: ByteBuffer) {
-        buffer.withUnsafeReadableBytes { consume($0) }
+        buffer.withUnsafeReadableBytes { _ = consume($0, stopAtBoundary: false) }
     }
 
     mutating func consume(_ bytes: UnsafeRawBufferPointer) {
+        _ = consume(bytes, stopAtBoundary: false)
+    }
+
+    /// Consumes `buffer` up to the end of the frame in progress: returns how many of its bytes
+    /// belong to that frame (all of them when it does not end within `buffer`). Between two
+    /// frames already: 0.
+    mutating func consumeToBoundary(_ buffer: ByteBuffer) -> Int {
+        guard !atBoundary else { return 0 }
+        return buffer.withUnsafeReadableBytes { consume($0, stopAtBoundary: true) }
+    }
+
+    /// Returns the bytes consumed: all of them, or with `stopAtBoundary` up to the first frame's end.
+    private mutating func consume(_ bytes: UnsafeRawBufferPointer, stopAtBoundary: Bool) -> Int {
         var index = 0
         while index < bytes.count {
+            if stopAtBoundary && index > 0 && atBoundary { return index }
             if payloadRemaining > 0 {
                 let skip = Int(min(payloadRemaining, UInt64(bytes.count - index)))
                 payloadRemaining -= UInt64(skip)
@@ -44,6 +58,7 @@ struct WebSocketFrameTracker: Sendable {
             headerCount = 0
             headerNeeded = 2
         }
+        return index
     }
 
     private mutating func store(_ byte: UInt8, at position: Int) {
