@@ -48,6 +48,25 @@ struct WebSocketFrameTrackerTests {
         }
     }
 
+    @Test("consumeToBoundary: exactly the rest of the frame in progress, however it is split; 0 between frames")
+    func toBoundary() {
+        let first = Self.frame(payload: 300, masked: true)
+        let bytes = first + Self.frame(opcode: 0x1, payload: 3, masked: true)
+        for cut in 1..<first.count {
+            var tracker = WebSocketFrameTracker()
+            tracker.consume(ByteBuffer(bytes: bytes[..<cut]))
+            // The rest arrives with the next frame behind it: only the rest is the frame's.
+            #expect(tracker.consumeToBoundary(ByteBuffer(bytes: bytes[cut...])) == first.count - cut, "cut at \(cut)")
+            #expect(tracker.atBoundary)
+            #expect(tracker.consumeToBoundary(ByteBuffer(bytes: bytes[first.count...])) == 0)
+        }
+        // Still short of the end: all of it.
+        var tracker = WebSocketFrameTracker()
+        tracker.consume(ByteBuffer(bytes: first[..<10]))
+        #expect(tracker.consumeToBoundary(ByteBuffer(bytes: first[10..<100])) == 90)
+        #expect(!tracker.atBoundary)
+    }
+
     @Test("Portico's close frames: 1001 unmasked to the client, masked to the upstream")
     func closeFrames() {
         #expect(Array(buffer: WebSocketCloseFrame.toClient(code: 1001)) == [0x88, 0x02, 0x03, 0xE9])
