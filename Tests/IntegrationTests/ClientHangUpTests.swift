@@ -95,11 +95,15 @@ struct ClientHangUpTests {
         var config = PorticoConfig()
         var settings = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(upstream.port)/base")!)
         settings.transport = transport
-        settings.timeout = .seconds(120)
+        // Nothing but the hang-up can end the exchange within the waits below: the upstream timeout
+        // and the request's deadline are ten minutes away. So the waits can be generous (a loaded
+        // machine may take seconds to get round to a close) and still tell the hang-up at work.
+        settings.timeout = .seconds(600)
         config.upstreams = ["up": settings]
         config.routes = [RouteConfig(name: "api", match: .init(pathPrefix: "/api"), upstream: "up", stripPrefix: true)]
         config.listen.address = "127.0.0.1"
         config.listen.port = 0
+        config.listen.requestTimeout = .seconds(600)
         let metrics = TestMetrics()
         let gateway = try GatewayServer(config: config, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
                                         metrics: GatewayMetrics(factory: metrics))
@@ -107,14 +111,14 @@ struct ClientHangUpTests {
         let inFlight = try metrics.expectMeter("portico_in_flight_requests")
         let client = try RawHTTPConnection(port: port)
         try await client.send("GET /api/slow HTTP/1.1\r\nHost: gateway.test\r\n\r\n")
-        try await Eventually.wait(timeout: .seconds(10), "the upstream to receive the request") { upstream.received == 1 }
+        try await Eventually.wait(timeout: .seconds(120), "the upstream to receive the request") { upstream.received == 1 }
         #expect(gateway.inFlightRequests == 1)
         #expect(inFlight.lastValue == 1)
         if reset { client.reset() } else { client.shutdownWrite() }
-        try await Eventually.wait(timeout: .seconds(10), "the upstream connection to close (\(transport))") { upstream.closed == 1 }
-        try await Eventually.wait(timeout: .seconds(10), "nothing in flight") { gateway.inFlightRequests == 0 }
+        try await Eventually.wait(timeout: .seconds(120), "the upstream connection to close (\(transport))") { upstream.closed == 1 }
+        try await Eventually.wait(timeout: .seconds(120), "nothing in flight") { gateway.inFlightRequests == 0 }
         // The handler itself has finished: the gateway's gauge is back to zero.
-        try await Eventually.wait(timeout: .seconds(10), "the in-flight gauge at 0") { inFlight.lastValue == 0 }
+        try await Eventually.wait(timeout: .seconds(120), "the in-flight gauge at 0") { inFlight.lastValue == 0 }
         await gateway.shutdown(drainDelay: .zero, grace: .seconds(5))
     }
 }

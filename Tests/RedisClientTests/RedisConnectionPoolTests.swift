@@ -39,12 +39,20 @@ struct RedisConnectionPoolTests {
         defer { server.stop() }
         let pool = try RedisConnectionPool(configuration: try server.configuration())
         _ = try await pool.send(["PING"])
-        let start = ContinuousClock.now
-        let blocked = await Result { () async throws(RedisError) in try await pool.send(["BLPOP", "empty", "5"], timeout: .milliseconds(50)) }
+        // The server holds this BLPOP until something is pushed to `empty`, which only happens
+        // below, after the call returned: the 50 ms timeout ended it, not the server (no clock
+        // to compare with, so no bound a loaded machine could overrun).
+        let blocked = await Result { () async throws(RedisError) in try await pool.send(["BLPOP", "empty", "0"], timeout: .milliseconds(50)) }
         #expect(blocked.failure?.code == .timeout)
-        #expect(start.duration(to: .now) < .seconds(4), "returned before the server's 5 s block ended")
-        // Pipelined behind the blocked command on the one connection: answered in order.
-        #expect(try await pool.send(["ECHO", "after"], timeout: .seconds(10)) == .bulkString(Array("after".utf8)))
+        // Pipelined behind the blocked command on the one connection (every command goes to the
+        // one connection open), answered once the block ends: after the late BLPOP reply.
+        let after = Task { try await pool.send(["ECHO", "after"], timeout: .seconds(60)) }
+        let other = try RedisConnectionPool(configuration: try server.configuration())
+        #expect(try await other.send(["LPUSH", "empty", "late"]) == .integer(1))
+        #expect(try await after.value == .bulkString(Array("after".utf8)))
+        // The late reply was the BLPOP's (it took the element), read and dropped.
+        #expect(try await other.send(["LLEN", "empty"]) == .integer(0))
+        await other.shutdown()
         await pool.shutdown()
     }
 

@@ -9,7 +9,9 @@ import Testing
 struct ConnectionPoolTests {
     @Test("keep-alive: consecutive requests share one upstream connection", arguments: [Transport.nio, .nioServerName])
     func reuse(transport: Transport) async throws {
-        try await Fixture.withUpstream(transport) { upstream, client in
+        // Far longer than the test: the default 4 s is a clock a loaded machine can outrun between
+        // two requests, and an expired connection is rightly replaced by a new one.
+        try await Fixture.withUpstream(transport, configure: { $0.idleTimeout = .seconds(600) }) { upstream, client in
             for _ in 0..<5 {
                 let response = try await client.send(Fixture.request(.get, "/r"), context: Fixture.context())
                 #expect(response.status == .ok)
