@@ -241,6 +241,8 @@ public final class BalancedUpstream: UpstreamClient {
         }
         let endpoint = set.endpoints[pick.index]
         let index = set.columns[pick.index]
+        // A lone endpoint without a breaker has nothing to follow a streamed body for.
+        let followsStreams = breaker != nil || set.endpoints.count > 1
         if pick.allDown { metrics.allDown.increment() }
         endpoint.metrics.requests.increment()
         row.add(index, 1)
@@ -248,8 +250,7 @@ public final class BalancedUpstream: UpstreamClient {
         do {
             var response = try await endpoint.client.send(request, context: context)
             let failure = EndpointFailure(status: response.status.code, policy: config.outlierDetection.failures)
-            // A lone endpoint without a breaker has nothing to follow a stream for.
-            let follow = response.body.isStreamed && (breaker != nil || set.endpoints.count > 1)
+            let follow = followsStreams && response.body.isStreamed
             if let failure {
                 failed(endpoint, failure, at: offset(context.clock.now))
                 context.stats.update { $0[FailedEndpoint.self] = index }
