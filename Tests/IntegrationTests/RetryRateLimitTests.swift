@@ -157,13 +157,16 @@ struct RetryRateLimitTests {
         let upstream = TestUpstream()
         let calls = CallCounter()
         upstream.route("/api/hang") { _ in calls.next() == 1 ? .never : .text("second try") }
-        // The hung try costs the whole per-try timeout; the second must finish within it even on a loaded machine.
+        // The hung try costs the whole per-try timeout. Without the cut the request would hang to
+        // the route's deadline (a 504); with it, a later try answers. On a loaded machine the
+        // second try may itself outlast the per-try timeout (it is cut too, as it should be, and
+        // the third answers): at most the configured attempts.
         let retry = quickRetry { $0.perTryTimeout = .seconds(5) }
-        try await withGateway(upstream, { protectConfig(upstreamPort: $0, retry: retry, routeTimeout: .seconds(30)) }) { gateway in
+        try await withGateway(upstream, { protectConfig(upstreamPort: $0, retry: retry, routeTimeout: .seconds(60)) }) { gateway in
             let response = try await gateway.request("GET", "/api/hang")
             #expect(response.status == 200)
             #expect(response.bodyText == "second try")
-            #expect(upstream.hits("/api/hang") == 2)
+            #expect((2...retry.attempts).contains(upstream.hits("/api/hang")), "\(upstream.hits("/api/hang")) tries")
         }
     }
 
