@@ -36,6 +36,18 @@ def fail(message):
     sys.exit(1)
 
 
+async def expect_close(ws, timeout, code=None):
+    """Waits up to TIMEOUT seconds for the session to close (a message instead fails); then its
+    close code must be CODE, unless CODE is None."""
+    try:
+        await asyncio.wait_for(ws.recv(), timeout)
+        fail("a message instead of the close")
+    except ConnectionClosed:
+        pass
+    if code is not None and ws.close_code != code:
+        fail(f"close code {ws.close_code}, expected {code}")
+
+
 async def echo(url, ssl_context=None):
     async with connect(url + "/echo", max_size=None, ping_interval=None, compression=None, ssl=ssl_context) as ws:
         await ws.send("hello")
@@ -58,13 +70,7 @@ async def echo(url, ssl_context=None):
         await asyncio.wait_for(pong, 10)
         # The upstream closes with the code it is asked for: it reaches the client unchanged.
         await ws.send("close:4002")
-        try:
-            await asyncio.wait_for(ws.recv(), 10)
-            fail("no close")
-        except ConnectionClosed:
-            pass
-        if ws.close_code != 4002:
-            fail(f"upstream's close code arrived as {ws.close_code}")
+        await expect_close(ws, 10, 4002)
     # The client closes with its own code: the upstream records it.
     async with connect(url + "/echo", ping_interval=None, ssl=ssl_context) as ws:
         await ws.send("once")
@@ -96,11 +102,7 @@ async def upstream_dies(url):
     async with connect(url + "/echo", ping_interval=None, ssl=TLS) as ws:
         await ws.send("die")
         started = time.monotonic()
-        try:
-            await asyncio.wait_for(ws.recv(), 10)
-            fail("still open")
-        except ConnectionClosed:
-            pass
+        await expect_close(ws, 10)
         took = time.monotonic() - started
         print(f"closed {took * 1000:.0f} ms after the upstream was told to drop", flush=True)
         # Portico closes the client's side at once; the margin is for a loaded machine.
@@ -111,13 +113,7 @@ async def upstream_dies(url):
 async def wait_close(url, expected):
     async with connect(url + "/hold", ping_interval=None, ssl=TLS) as ws:
         print("open", flush=True)
-        try:
-            await asyncio.wait_for(ws.recv(), 120)
-            fail("a message")
-        except ConnectionClosed:
-            pass
-        if expected is not None and ws.close_code != expected:
-            fail(f"close code {ws.close_code}, expected {expected}")
+        await expect_close(ws, 120, expected)
 
 
 async def slow_frame(url):
@@ -133,13 +129,7 @@ async def slow_frame(url):
             ws.transport.write(frame[start:start + 32768])
             await asyncio.sleep(0.02)
         print("sent", flush=True)
-        try:
-            await asyncio.wait_for(ws.recv(), 60)
-            fail("a message")
-        except ConnectionClosed:
-            pass
-        if ws.close_code != 1001:
-            fail(f"close code {ws.close_code}, expected 1001")
+        await expect_close(ws, 60, 1001)
 
 
 async def wait_for_file(path, timeout=120):

@@ -215,21 +215,24 @@ static inline long portico_mhd_tls_relay_size(struct MHD_UpgradeResponseHandle *
 }
 
 /* Gives the relay `each_way` bytes each way when it has less, right after the upgrade. Returns
-   the block to free once libmicrohttpd has freed the handle (the connection's close
+   the relay's size each way afterwards (-1 where the layout is not the verified one), and in
+   `block` what to free once libmicrohttpd has freed the handle (the connection's close
    notification comes after that), or NULL when nothing was changed. */
-static inline void *portico_mhd_widen_tls_relay(struct MHD_UpgradeResponseHandle *urh, struct MHD_Connection *c,
-                                                int app_socket, size_t each_way) {
+static inline long portico_mhd_widen_tls_relay(struct MHD_UpgradeResponseHandle *urh, struct MHD_Connection *c,
+                                               int app_socket, size_t each_way, void **block) {
+    *block = NULL;
     long size = portico_mhd_tls_relay_size(urh, c, app_socket);
     struct portico_mhd_urh_0_9_75 *h = (struct portico_mhd_urh_0_9_75 *)urh;
     if (size < 0 || (size_t)size >= each_way || h->out_buffer_size >= each_way
-        || h->in_buffer_used != 0 || h->out_buffer_used != 0) return NULL;
-    char *block = malloc(2 * each_way);
-    if (block == NULL) return NULL;
-    h->in_buffer = block;
-    h->out_buffer = block + each_way;
+        || h->in_buffer_used != 0 || h->out_buffer_used != 0) return size;
+    char *buffers = malloc(2 * each_way);
+    if (buffers == NULL) return size;
+    h->in_buffer = buffers;
+    h->out_buffer = buffers + each_way;
     h->in_buffer_size = each_way;
     h->out_buffer_size = each_way;
-    return block;
+    *block = buffers;
+    return (long)each_way;
 }
 
 #endif

@@ -143,8 +143,7 @@ let mhdUpgradeHandler: MHD_UpgradeHandler = { cls, mhdConnection, _, extraIn, ex
     if isTLS, let mhdConnection {
         // libmicrohttpd 0.9.75–0.9.77 would relay 4 bytes at a time (see the shim): widened here,
         // before its first relay round, on the thread that runs them.
-        handoff.context.relayBuffer = portico_mhd_widen_tls_relay(urh, mhdConnection, socket, tlsRelayBufferBytes)
-        let size = portico_mhd_tls_relay_size(urh, mhdConnection, socket)
+        let size = portico_mhd_widen_tls_relay(urh, mhdConnection, socket, tlsRelayBufferBytes, &handoff.context.relayBuffer)
         relayBytes = size >= 0 ? size : nil
     }
     let duplicate = socket >= 0 ? dup(socket) : -1

@@ -34,12 +34,16 @@ public final class Gateway: Sendable {
         self.scheme = scheme
         self.defaultWebsocketLimit = defaultWebsocketLimit
         self.inFlight = InFlightLimit(limit: runtime.config.listen.maxInFlight, name: "listen.max_in_flight")
-        self.websockets = InFlightLimit(limit: runtime.config.listen.maxWebsockets == 0 ? defaultWebsocketLimit
-                                                                                       : runtime.config.listen.maxWebsockets,
+        self.websockets = InFlightLimit(limit: Self.websocketLimit(runtime.config.listen, default: defaultWebsocketLimit),
                                         name: "listen.max_websockets")
         self.logger = logger
         self.clock = clock
         self.metrics = metrics
+    }
+
+    /// `listen.max_websockets`, or `defaultLimit` where it is 0 (not set).
+    private static func websocketLimit(_ listen: ListenConfig, default defaultLimit: Int) -> Int {
+        listen.maxWebsockets == 0 ? defaultLimit : listen.maxWebsockets
     }
 
     /// The runtime new requests use.
@@ -58,7 +62,7 @@ public final class Gateway: Sendable {
     public func install(_ new: GatewayRuntime) -> GatewayRuntime {
         installing.withLock { _ in
             inFlight.limit = new.config.listen.maxInFlight
-            websockets.limit = new.config.listen.maxWebsockets == 0 ? defaultWebsocketLimit : new.config.listen.maxWebsockets
+            websockets.limit = Self.websocketLimit(new.config.listen, default: defaultWebsocketLimit)
             let old = current
             for slot in runtimes { slot.runtime.withLock { $0 = new } }
             return old

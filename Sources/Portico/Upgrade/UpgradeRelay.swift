@@ -48,9 +48,17 @@ final class RelayHandler: ChannelDuplexHandler {
     /// Frames read from this side (toward the partner): where a close frame may go in.
     private(set) var frames = WebSocketFrameTracker()
     private(set) var isClosed = false
-    /// Ending with close frames (`finishFrame`): bytes pass only until the frame in progress
-    /// toward the partner is whole; then reading stops and `settled` runs, once.
-    private var settled: (() -> Void)?
+    /// Where the session's ending with close frames (`finishFrame`) stands for this side.
+    private enum Ending {
+        /// Relaying as usual.
+        case no
+        /// Bytes pass only until the frame in progress toward the partner is whole; then
+        /// `settled` runs, once.
+        case finishingFrame(settled: () -> Void)
+        /// Between two frames and ending: nothing more is read.
+        case settled
+    }
+    private var ending = Ending.no
 
     init(side: Side) {
         self.side = side
@@ -71,7 +79,10 @@ final class RelayHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var buffer = unwrapInboundIn(data)
-        if let settled {
+        switch ending {
+        case .no:
+            break
+        case .finishingFrame(let settled):
             // Only the rest of the frame in progress goes on; what follows it is dropped.
             let frameBytes = frames.consumeToBoundary(buffer)
             bytesRead += frameBytes
@@ -81,9 +92,11 @@ final class RelayHandler: ChannelDuplexHandler {
                 partner?.flush()
             }
             if frames.atBoundary {
-                self.settled = nil
+                ending = .settled
                 settled()
             }
+            return
+        case .settled:
             return
         }
         bytesRead += buffer.readableBytes
@@ -102,8 +115,7 @@ final class RelayHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if settled == nil && frames.atBoundary && finishing {
-            // Whole, and ending: nothing more is read.
+        if case .settled = ending {
             readPending = true
             return
         }
@@ -121,9 +133,9 @@ final class RelayHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         isClosed = true
-        if let settled {
+        if case .finishingFrame(let settled) = ending {
             // Gone mid-frame: nothing more to wait for from this side.
-            self.settled = nil
+            ending = .settled
             settled()
         }
         session?.sideClosed(side)
@@ -170,19 +182,16 @@ final class RelayHandler: ChannelDuplexHandler {
         context?.read()
     }
 
-    /// Set once the session ends with close frames: no more frames are read from this side.
-    private var finishing = false
-
     /// The session is ending with close frames: this side's frame in progress toward the
     /// partner is relayed to its end (nothing after it), then `settled` runs — at once when
-    /// between two frames, or never if this side closes first.
+    /// between two frames or closed already, else when the frame is whole or this side closes.
     func finishFrame(then settled: @escaping () -> Void) {
-        finishing = true
         guard !frames.atBoundary, !isClosed else {
+            ending = .settled
             settled()
             return
         }
-        self.settled = settled
+        ending = .finishingFrame(settled: settled)
         resumeReads()
     }
 
