@@ -200,7 +200,11 @@ public final class ProviderLimiter: Sendable {
         if let hold, hold > .zero {
             let until = now.advanced(by: hold)
             budget.hold = max(budget.hold ?? until, until)
-            if status == 429 { budget.remaining = 0 }
+            if status == 429 {
+                // Refused: nothing is left until the hold ends, whatever the headers counted.
+                budget.remaining = 0
+                budget.reset = max(budget.reset ?? until, until)
+            }
         }
     }
 
