@@ -26,32 +26,48 @@ public final class ProviderLimiter: Sendable {
         var remaining: Int?
         var reset: ContinuousClock.Instant?
         var limit: Int?
+        /// The provider's window: what it said (`RateLimit-Policy`'s `w`), else the longest
+        /// reset it has announced (a window's first answer announces about all of it).
         var window: Duration?
+        var windowSaid = false
         var hold: ContinuousClock.Instant?
         var inFlight = 0
         var waiting = 0
+        /// Requests holding a slot in a window still to come, first come first served.
+        var reserved = 0
         var lastUsed: ContinuousClock.Instant
 
-        /// The provider's window ended: its quota (when known) is the budget again.
+        /// The provider's window ended: its quota (when known) is the budget again, first for
+        /// the requests that reserved a slot in it.
         mutating func roll(at now: ContinuousClock.Instant) {
             if let hold, now >= hold { self.hold = nil }
-            guard let reset, now >= reset else { return }
-            remaining = limit.map { max(0, $0 - inFlight) }
-            if let window, window > .zero {
-                var next = reset
-                while next <= now { next = next.advanced(by: window) }
-                self.reset = limit == nil ? nil : next
-            } else {
-                self.reset = nil
+            while let reset, now >= reset {
+                guard let limit else {
+                    remaining = nil
+                    reserved = 0
+                    self.reset = nil
+                    return
+                }
+                let moved = min(reserved, limit)
+                reserved -= moved
+                remaining = max(0, limit - moved)
+                if let window, window > .zero {
+                    self.reset = reset.advanced(by: window)
+                } else {
+                    self.reset = nil
+                }
             }
         }
 
-        var idle: Bool { inFlight == 0 && waiting == 0 }
+        var idle: Bool { inFlight == 0 && waiting == 0 && reserved == 0 }
     }
 
     enum Admission {
         case go
+        /// Held (`Retry-After`) or spent with no quota known: ask again then.
         case waitUntil(ContinuousClock.Instant)
+        /// A slot in a window to come is this request's: it goes then.
+        case reserved(ContinuousClock.Instant)
     }
 
     private final class Shard: Sendable {
@@ -95,19 +111,59 @@ public final class ProviderLimiter: Sendable {
     func admit(_ scope: String, context: RequestContext) async throws {
         let patience = config.whenExhausted == .wait ? max(.zero, min(config.maxWait, context.remaining)) : .zero
         let start = clock.now
+        var admission = decide(scope, at: start)
         while true {
             let now = clock.now
-            switch decide(scope, at: now) {
+            let left = patience - start.duration(to: now)
+            switch admission {
             case .go:
                 return
             case .waitUntil(let instant):
                 let needed = now.duration(to: instant)
-                let left = patience - start.duration(to: now)
+                guard needed <= left else { throw refusal(retryAfter: needed, context: context) }
+                try await wait(scope, until: instant)
+                admission = decide(scope, at: clock.now)
+            case .reserved(let instant):
+                let needed = now.duration(to: instant)
                 guard needed <= left else {
+                    release(scope, slotAt: instant)
                     throw refusal(retryAfter: needed, context: context)
                 }
-                try await wait(scope, until: instant)
+                do {
+                    try await wait(scope, until: instant)
+                } catch {
+                    release(scope, slotAt: instant)
+                    throw error
+                }
+                admission = claim(scope, at: clock.now)
             }
+        }
+    }
+
+    /// A reservation that will not be used: back to the queue, or to its window's budget when
+    /// that window has come.
+    private func release(_ scope: String, slotAt instant: ContinuousClock.Instant) {
+        let now = clock.now
+        update(scope) { budget in
+            budget.roll(at: now)
+            if instant <= now || budget.reserved == 0 {
+                budget.remaining = budget.remaining.map { $0 + 1 }
+            } else {
+                budget.reserved -= 1
+            }
+        }
+    }
+
+    /// A reservation's time has come: it goes, unless the provider asked for a pause meanwhile.
+    private func claim(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
+        update(scope) { budget in
+            budget.roll(at: now)
+            if let hold = budget.hold {
+                budget.remaining = budget.remaining.map { $0 + 1 }
+                return .waitUntil(hold)
+            }
+            budget.inFlight += 1
+            return .go
         }
     }
 
@@ -129,14 +185,23 @@ public final class ProviderLimiter: Sendable {
         return GatewayError.providerExhausted(upstream: upstream, retryAfter: retryAfter)
     }
 
-    /// Spends one from the budget, or says until when to wait.
+    /// Spends one from the budget, or says until when to wait: with the window's quota known, a
+    /// slot in the first window that still has room (first come, first served); else until the
+    /// reset.
     func decide(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
         update(scope) { budget in
             budget.roll(at: now)
             budget.lastUsed = now
             if let hold = budget.hold { return .waitUntil(hold) }
             if let remaining = budget.remaining {
-                guard remaining > 0 else { return .waitUntil(budget.reset ?? now.advanced(by: config.defaultHold)) }
+                guard remaining > 0 else {
+                    if let limit = budget.limit, limit > 0, let reset = budget.reset, let window = budget.window, window > .zero {
+                        let slot = reset.advanced(by: window * (budget.reserved / limit))
+                        budget.reserved += 1
+                        return .reserved(slot)
+                    }
+                    return .waitUntil(budget.reset ?? now.advanced(by: config.defaultHold))
+                }
                 budget.remaining = remaining - 1
             }
             budget.inFlight += 1
@@ -175,7 +240,12 @@ public final class ProviderLimiter: Sendable {
     static func learn(_ observation: ProviderLimitObservation, status: Int, into budget: inout Budget,
                       at now: ContinuousClock.Instant, defaultHold: Duration) {
         if let limit = observation.limit { budget.limit = limit }
-        if let window = observation.window { budget.window = window }
+        if let window = observation.window {
+            budget.window = window
+            budget.windowSaid = true
+        } else if !budget.windowSaid, let reset = observation.reset, reset > (budget.window ?? .zero) {
+            budget.window = reset
+        }
         if let remaining = observation.remaining {
             let left = max(0, remaining - budget.inFlight)
             let reset = observation.reset.map { now.advanced(by: $0) }

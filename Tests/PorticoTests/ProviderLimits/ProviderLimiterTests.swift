@@ -86,6 +86,23 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now).isGo == false)
     }
 
+    @Test("with the quota known, requests beyond the budget get slots in the windows to come: first come, first served, at most the quota each")
+    func slotsInLaterWindows() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        try await limits.admit("", context: context)
+        limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        let start = clock.now
+        let slots = (0..<5).map { _ in limits.decide("", at: start) }
+        let expected = [1, 1, 2, 2, 3].map { ProviderLimiter.Admission.reserved(start.advanced(by: .seconds($0))) }
+        #expect(slots.map(\.slot) == expected.map(\.slot))
+        // Too far for max_wait: refused at once, and its slot is given back.
+        let impatient = limiter { $0.maxWait = .milliseconds(500) }
+        try await impatient.admit("", context: context)
+        impatient.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        await #expect(throws: GatewayError.self) { try await impatient.admit("", context: context) }
+        #expect(impatient.decide("", at: clock.now).slot == clock.now.advanced(by: .seconds(1)))
+    }
+
     @Test("scopes are separate: one API key's spent budget does not hold another's")
     func separateScopes() async throws {
         let limits = limiter { $0.scope = .header("x-api-key") }
@@ -120,4 +137,5 @@ struct ProviderLimiterTests {
 
 extension ProviderLimiter.Admission {
     var isGo: Bool { if case .go = self { true } else { false } }
+    var slot: ContinuousClock.Instant? { if case .reserved(let instant) = self { instant } else { nil } }
 }
