@@ -87,7 +87,7 @@ public enum ConfigLoader {
         m.read("logging", into: &config.logging) { $0.mapping().map(LoggingConfig.parse) }
 
         for entry in upstreams?.entries ?? [] {
-            if let section = entry.value.mapping(), let upstream = UpstreamConfig.parse(section, name: entry.key) {
+            if let section = entry.value.mapping(), let upstream = UpstreamConfig.parse(section, name: entry.key, names: names) {
                 config.upstreams[entry.key] = upstream
             }
         }

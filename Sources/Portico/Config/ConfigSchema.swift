@@ -181,6 +181,7 @@ public enum ConfigSchema {
         key("max_wait", .duration(positive: true), "The longest a request waits for the provider's reset (never past its deadline); default 5s."),
         key("max_scopes", .integer(1...10_000_000), "Scopes kept in memory at most; default 10000."),
         key("default_hold", .duration(positive: true), "How long a 429 that says nothing of when to come back holds the scope; default 1s."),
+        key("store", .reference(section: "stores"), "A name under stores: to share what is learned with every replica (one replica's 429 pauses all); default this process only."),
     ])
 
     static let healthCheck = Section("GET path on each endpoint every interval.", [

@@ -3,14 +3,14 @@ import Foundation
 extension UpstreamConfig {
     /// `upstreams.NAME`; nil when `url` is missing or invalid (other problems are reported
     /// and the default kept, so one pass reports them all).
-    static func parse(_ m: ConfigMapping, name: String) -> UpstreamConfig? {
+    static func parse(_ m: ConfigMapping, name: String, names: ConfigNames = ConfigNames()) -> UpstreamConfig? {
         let endpoints = parseEndpoints(m)
         let url = endpoints?.first
         var c = UpstreamConfig(name: name, endpoints: endpoints ?? [.init(fileURLWithPath: "/")])
         m.read("balance", into: &c.balance) { $0.choice(BalanceStrategy.self) }
         m.read("outlier_detection", into: &c.outlierDetection) { $0.mapping().map(OutlierDetectionConfig.parse) }
         c.circuitBreaker = m.value("circuit_breaker")?.mapping().map(CircuitBreakerConfig.parse)
-        c.providerLimits = m.value("provider_limits")?.mapping().map(ProviderLimitsConfig.parse)
+        c.providerLimits = m.value("provider_limits")?.mapping().map { ProviderLimitsConfig.parse($0, names: names) }
         c.healthCheck = m.value("health_check")?.mapping().flatMap(HealthCheckConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }

@@ -109,10 +109,16 @@ public final class GatewayRuntime: Sendable {
         var providerLimiters: [String: ProviderLimiter] = [:]
         for (name, upstream) in config.upstreams {
             guard let limits = upstream.providerLimits else { continue }
-            if let old = previous?.providerLimiters[name], old.config == limits {
+            let fleet = try limits.store.map { storeName in
+                guard let backend = stores.backend(named: storeName) else {
+                    throw BuildError(description: "upstream \(name): provider_limits.store: unknown store \"\(storeName)\"")
+                }
+                return RedisProviderBudgets(backend: backend, upstream: name)
+            }
+            if let old = previous?.providerLimiters[name], old.config == limits, old.fleet?.backend === fleet?.backend {
                 providerLimiters[name] = old   // what was learned, and who waits, carry over
             } else {
-                providerLimiters[name] = ProviderLimiter(upstream: name, config: limits, clock: clock)
+                providerLimiters[name] = ProviderLimiter(upstream: name, config: limits, clock: clock, fleet: fleet)
             }
         }
         var routes: [Route] = []

@@ -77,6 +77,9 @@ public final class ProviderLimiter: Sendable {
     private let shards: [Shard]
     private let shardCapacity: Int
     private let clock: any GatewayClock
+    /// The budgets every replica shares (`store:`); this process's own ones stand in whenever
+    /// the store fails or is slower than its `timeout`, and learn from every answer meanwhile.
+    let fleet: RedisProviderBudgets?
 
     /// `portico_provider_limit_waiting{upstream}`, `portico_provider_limit_wait_seconds{upstream}`.
     private let waitingMeter: Meter
@@ -85,7 +88,9 @@ public final class ProviderLimiter: Sendable {
     static let malformed = LabelledCounters("portico_provider_limit_malformed_total")
     static let remainingGauges = LabelledGauges("portico_provider_limit_remaining")
 
-    public init(upstream: String, config: ProviderLimitsConfig, clock: any GatewayClock, shards: Int = 16) {
+    init(upstream: String, config: ProviderLimitsConfig, clock: any GatewayClock, fleet: RedisProviderBudgets? = nil,
+         shards: Int = 16) {
+        self.fleet = fleet
         self.upstream = upstream
         self.config = config
         self.clock = clock
@@ -111,7 +116,7 @@ public final class ProviderLimiter: Sendable {
     func admit(_ scope: String, context: RequestContext) async throws {
         let patience = config.whenExhausted == .wait ? max(.zero, min(config.maxWait, context.remaining)) : .zero
         let start = clock.now
-        var admission = decide(scope, at: start)
+        var admission = await decideShared(scope, at: start)
         while true {
             let now = clock.now
             let left = patience - start.duration(to: now)
@@ -122,22 +127,39 @@ public final class ProviderLimiter: Sendable {
                 let needed = now.duration(to: instant)
                 guard needed <= left else { throw refusal(retryAfter: needed, context: context) }
                 try await wait(scope, until: instant)
-                admission = decide(scope, at: clock.now)
+                admission = await decideShared(scope, at: clock.now)
             case .reserved(let instant):
                 let needed = now.duration(to: instant)
                 guard needed <= left else {
-                    release(scope, slotAt: instant)
+                    await releaseShared(scope, slotAt: instant)
                     throw refusal(retryAfter: needed, context: context)
                 }
                 do {
                     try await wait(scope, until: instant)
                 } catch {
-                    release(scope, slotAt: instant)
+                    await releaseShared(scope, slotAt: instant)
                     throw error
                 }
-                admission = claim(scope, at: clock.now)
+                admission = await claimShared(scope, at: clock.now)
             }
         }
+    }
+
+    // The fleet's budgets when there is a store and it answers; this process's own otherwise.
+
+    private func decideShared(_ scope: String, at now: ContinuousClock.Instant) async -> Admission {
+        if let fleet, let shared = try? await fleet.decide(scope, defaultHold: config.defaultHold, at: now) { return shared }
+        return decide(scope, at: now)
+    }
+
+    private func claimShared(_ scope: String, at now: ContinuousClock.Instant) async -> Admission {
+        if let fleet, let shared = try? await fleet.claim(scope, at: now) { return shared }
+        return claim(scope, at: now)
+    }
+
+    private func releaseShared(_ scope: String, slotAt instant: ContinuousClock.Instant) async {
+        if let fleet, (try? await fleet.release(scope, slotCame: instant <= clock.now)) != nil { return }
+        release(scope, slotAt: instant)
     }
 
     /// A reservation that will not be used: back to the queue, or to its window's budget when
@@ -209,9 +231,13 @@ public final class ProviderLimiter: Sendable {
         }
     }
 
-    /// What the provider's answer to an admitted attempt says.
-    func observe(_ scope: String, status: Int, fields: HTTPFields) {
+    /// What the provider's answer to an admitted attempt says: learned here and, with a store,
+    /// by the fleet.
+    func observe(_ scope: String, status: Int, fields: HTTPFields) async {
         let observation = ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow)
+        if let fleet {
+            try? await fleet.observe(scope, status: status, observation, defaultHold: config.defaultHold)
+        }
         for name in observation.malformed {
             Self.malformed.increment([("upstream", upstream), ("header", name)])
         }
@@ -233,7 +259,8 @@ public final class ProviderLimiter: Sendable {
     }
 
     /// An attempt ended without an answer (connect error, timeout, cancelled): no longer in flight.
-    func abandon(_ scope: String) {
+    func abandon(_ scope: String) async {
+        if let fleet { try? await fleet.abandon(scope) }
         update(scope) { $0.inFlight = max(0, $0.inFlight - 1) }
     }
 
@@ -361,10 +388,10 @@ struct ProviderPacedResponder: Responder {
         try await limiter.admit(scope, context: context)
         do {
             let response = try await endpoint.respond(to: request, context: context)
-            limiter.observe(scope, status: response.status.code, fields: response.headerFields)
+            await limiter.observe(scope, status: response.status.code, fields: response.headerFields)
             return response
         } catch {
-            limiter.abandon(scope)
+            await limiter.abandon(scope)
             throw error
         }
     }

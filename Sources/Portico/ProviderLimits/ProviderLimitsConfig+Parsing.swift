@@ -1,12 +1,13 @@
 extension ProviderLimitsConfig {
     /// `provider_limits:` — every key optional.
-    static func parse(_ m: ConfigMapping) -> ProviderLimitsConfig {
+    static func parse(_ m: ConfigMapping, names: ConfigNames) -> ProviderLimitsConfig {
         var c = ProviderLimitsConfig()
         m.read("scope", into: &c.scope) { $0.providerLimitScope() }
         m.read("when_exhausted", into: &c.whenExhausted) { $0.choice(WhenExhausted.self) }
         m.read("max_wait", into: &c.maxWait) { $0.duration(positive: true) }
         m.read("max_scopes", into: &c.maxScopes) { $0.int(in: 1...10_000_000) }
         m.read("default_hold", into: &c.defaultHold) { $0.duration(positive: true) }
+        m.read("store", into: &c.store) { $0.reference(to: "store", among: names.stores) }
         m.finish()
         return c
     }

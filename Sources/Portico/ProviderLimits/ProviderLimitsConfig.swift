@@ -34,6 +34,8 @@ public struct ProviderLimitsConfig: Sendable, Equatable {
     public var maxScopes: Int = 10_000
     /// A 429 that says nothing of when to come back holds the scope this long.
     public var defaultHold: Duration = .seconds(1)
+    /// `stores.NAME` sharing the budgets with every replica; `nil`: this process's own.
+    public var store: String?
 
     public init() {}
 }

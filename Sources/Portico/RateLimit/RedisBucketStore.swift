@@ -171,6 +171,11 @@ public final class RedisBucketStore: Sendable {
         Array((config.keyPrefix + namespace + ":w:").utf8) + Array(key.utf8)
     }
 
+    /// One script call, timed and counted like `take` (also the provider limits' budgets).
+    func evaluate(_ script: RedisScript, key: [UInt8], arguments: [String]) async throws(RedisError) -> RESPValue {
+        try await call(script, key: key, arguments: arguments)
+    }
+
     /// One script call, timed and counted like `take`.
     private func call(_ script: RedisScript, key: [UInt8], arguments: [String]) async throws(RedisError) -> RESPValue {
         let start = ContinuousClock.now

@@ -151,6 +151,7 @@ struct ConfigSchemaDriftTests {
                 health_check: { path: /healthz, interval: 5s, timeout: 1s, healthy: 2, unhealthy: 3, expect: 200-399 }
                 outlier_detection: { consecutive_failures: 5, base_ejection: 30s, max_ejection: 50%, failures: gateway }
                 circuit_breaker: { max_requests: 100, max_pending: 10 }
+                provider_limits: { scope: "header:x-api-key", when_exhausted: wait, max_wait: 5s, max_scopes: 100, default_hold: 1s, store: fleet }
               named: { url: "http://localhost:9002", transport: nio, dns_refresh: 30s }
               secure:
                 url: https://127.0.0.1:9443

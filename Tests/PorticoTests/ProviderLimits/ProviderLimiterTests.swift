@@ -28,7 +28,7 @@ struct ProviderLimiterTests {
         let limits = limiter()
         try await limits.admit("", context: context)
         try await limits.admit("", context: context)          // two in flight
-        limits.observe("", status: 200, fields: fields([("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", "2")]))
+        await limits.observe("", status: 200, fields: fields([("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", "2")]))
         // 3 remain as of that answer, one other is still in flight: 2 more may go.
         try await limits.admit("", context: context)
         try await limits.admit("", context: context)
@@ -44,7 +44,7 @@ struct ProviderLimiterTests {
     func refusedAtOnce() async throws {
         let patient = limiter { $0.maxWait = .seconds(1) }
         try await patient.admit("", context: context)
-        patient.observe("", status: 200, fields: fields([("RateLimit", "\"default\";r=0;t=30")]))
+        await patient.observe("", status: 200, fields: fields([("RateLimit", "\"default\";r=0;t=30")]))
         let error = await #expect(throws: GatewayError.self) { try await patient.admit("", context: context) }
         #expect(error?.code == "provider_exhausted")
         #expect(error?.status == .tooManyRequests)
@@ -53,7 +53,7 @@ struct ProviderLimiterTests {
 
         let rejecting = limiter { $0.whenExhausted = .reject }
         try await rejecting.admit("", context: context)
-        rejecting.observe("", status: 200, fields: fields([("RateLimit", "\"default\";r=0;t=1")]))
+        await rejecting.observe("", status: 200, fields: fields([("RateLimit", "\"default\";r=0;t=1")]))
         await #expect(throws: GatewayError.self) { try await rejecting.admit("", context: context) }
         #expect(clock.sleepsStarted == 0)
     }
@@ -62,7 +62,7 @@ struct ProviderLimiterTests {
     func retryAfterHolds() async throws {
         let limits = limiter()
         try await limits.admit("", context: context)
-        limits.observe("", status: 429, fields: fields([("Retry-After", "3"), ("X-RateLimit-Remaining", "10")]))
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "3"), ("X-RateLimit-Remaining", "10")]))
         #expect(limits.decide("", at: clock.now.advanced(by: .milliseconds(2999))).isGo == false)
         let waiting = Task { try await limits.admit("", context: context) }
         await clock.waitForSleepers(1)
@@ -75,14 +75,14 @@ struct ProviderLimiterTests {
     func resetRestoresQuota() async throws {
         let limits = limiter()
         try await limits.admit("", context: context)
-        limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
         clock.advance(by: .seconds(1))
         #expect(limits.decide("", at: clock.now).isGo)
         #expect(limits.decide("", at: clock.now).isGo)
         #expect(limits.decide("", at: clock.now).isGo == false)
         // Answers from the new window: counts within it only go down.
-        limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=1;t=1")]))
-        limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1")]))
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=1;t=1")]))
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1")]))
         #expect(limits.decide("", at: clock.now).isGo == false)
     }
 
@@ -90,7 +90,7 @@ struct ProviderLimiterTests {
     func slotsInLaterWindows() async throws {
         let limits = limiter { $0.maxWait = .seconds(10) }
         try await limits.admit("", context: context)
-        limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
         let start = clock.now
         let slots = (0..<5).map { _ in limits.decide("", at: start) }
         let expected = [1, 1, 2, 2, 3].map { ProviderLimiter.Admission.reserved(start.advanced(by: .seconds($0))) }
@@ -98,7 +98,7 @@ struct ProviderLimiterTests {
         // Too far for max_wait: refused at once, and its slot is given back.
         let impatient = limiter { $0.maxWait = .milliseconds(500) }
         try await impatient.admit("", context: context)
-        impatient.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        await impatient.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
         await #expect(throws: GatewayError.self) { try await impatient.admit("", context: context) }
         #expect(impatient.decide("", at: clock.now).slot == clock.now.advanced(by: .seconds(1)))
     }
@@ -107,7 +107,7 @@ struct ProviderLimiterTests {
     func separateScopes() async throws {
         let limits = limiter { $0.scope = .header("x-api-key") }
         try await limits.admit("a", context: context)
-        limits.observe("a", status: 200, fields: fields([("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "60")]))
+        await limits.observe("a", status: 200, fields: fields([("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "60")]))
         #expect(limits.decide("a", at: clock.now).isGo == false)
         #expect(limits.decide("b", at: clock.now).isGo)
         // The admin report never shows the key itself.
@@ -119,7 +119,7 @@ struct ProviderLimiterTests {
         let limits = limiter()
         for _ in 0..<100 {
             try await limits.admit("", context: context)
-            limits.observe("", status: 200, fields: HTTPFields())
+            await limits.observe("", status: 200, fields: HTTPFields())
         }
         #expect(clock.sleepsStarted == 0)
     }
@@ -129,7 +129,7 @@ struct ProviderLimiterTests {
         let limits = limiter { $0.maxScopes = 64 }
         for i in 0..<10_000 {
             try await limits.admit("k\(i)", context: context)
-            limits.observe("k\(i)", status: 200, fields: fields([("X-RateLimit-Remaining", "5")]))
+            await limits.observe("k\(i)", status: 200, fields: fields([("X-RateLimit-Remaining", "5")]))
         }
         #expect(limits.report().count <= 64)
     }

@@ -1,0 +1,175 @@
+import RedisClient
+
+/// Provider budgets shared by every replica (`provider_limits.store`): one hash per upstream and
+/// scope, changed by one script on the server with the server's clock, so what one replica
+/// learns holds all of them — the remaining count is spent fleet-wide, and a `Retry-After` seen
+/// by one pauses every one. The script is `ProviderLimiter`'s budget logic (roll, decide, claim,
+/// release, learn) in Lua; times are microseconds of the server's clock, sent and returned as
+/// durations from now so replicas' clocks never meet.
+final class RedisProviderBudgets: Sendable {
+    let backend: RedisBucketStore
+    let upstream: String
+
+    init(backend: RedisBucketStore, upstream: String) {
+        self.backend = backend
+        self.upstream = upstream
+    }
+
+    /// `KEYS[1]` the scope's hash; `ARGV[1]` the operation; the rest as each op says. Returns
+    /// `{kind, micros}`: 0 go, 1 wait that long then ask again, 2 a slot that far ahead.
+    static let script = RedisScript("""
+        local op = ARGV[1]
+        local clock = redis.call('TIME')
+        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        local flat = redis.call('HGETALL', KEYS[1])
+        local b = {}
+        for i = 1, #flat, 2 do b[flat[i]] = tonumber(flat[i + 1]) end
+        local function roll()
+          if b.hold and now >= b.hold then b.hold = nil end
+          while b.reset and now >= b.reset do
+            b.inflight = 0
+            if not b.limit then
+              b.remaining = nil; b.reserved = nil; b.reset = nil
+              break
+            end
+            local moved = math.min(b.reserved or 0, b.limit)
+            b.reserved = (b.reserved or 0) - moved
+            b.remaining = math.max(0, b.limit - moved)
+            if b.window and b.window > 0 then b.reset = b.reset + b.window else b.reset = nil end
+          end
+        end
+        local function arg(i)
+          local v = tonumber(ARGV[i])
+          if v == nil or v < 0 then return nil end
+          return v
+        end
+        roll()
+        local result = {0, 0}
+        if op == 'decide' then
+          if b.hold then
+            result = {1, b.hold - now}
+          elseif b.remaining then
+            if b.remaining > 0 then
+              b.remaining = b.remaining - 1
+              b.inflight = (b.inflight or 0) + 1
+            elseif b.limit and b.limit > 0 and b.reset and b.window and b.window > 0 then
+              local slot = b.reset + b.window * math.floor((b.reserved or 0) / b.limit)
+              b.reserved = (b.reserved or 0) + 1
+              result = {2, slot - now}
+            else
+              result = {1, (b.reset or (now + tonumber(ARGV[2]))) - now}
+            end
+          else
+            b.inflight = (b.inflight or 0) + 1
+          end
+        elseif op == 'claim' then
+          if b.hold then
+            if b.remaining then b.remaining = b.remaining + 1 end
+            result = {1, b.hold - now}
+          else
+            b.inflight = (b.inflight or 0) + 1
+          end
+        elseif op == 'release' then
+          if ARGV[2] == '1' or (b.reserved or 0) == 0 then
+            if b.remaining then b.remaining = b.remaining + 1 end
+          else
+            b.reserved = b.reserved - 1
+          end
+        elseif op == 'abandon' then
+          b.inflight = math.max(0, (b.inflight or 0) - 1)
+        elseif op == 'observe' then
+          local status = tonumber(ARGV[2])
+          local remaining, reset, limit, window, retry, hold = arg(3), arg(4), arg(5), arg(6), arg(7), tonumber(ARGV[8])
+          b.inflight = math.max(0, (b.inflight or 0) - 1)
+          if limit then b.limit = limit end
+          if window then
+            b.window = window; b.said = 1
+          elseif not b.said and reset and reset > (b.window or 0) then
+            b.window = reset
+          end
+          if remaining then
+            local left = math.max(0, remaining - (b.inflight or 0))
+            local at = nil
+            if reset then at = now + reset end
+            if b.reset and at and at <= b.reset + 1000000 and b.remaining then
+              b.remaining = math.min(b.remaining, left)
+              b.reset = math.max(b.reset, at)
+            else
+              b.remaining = left
+              if at then b.reset = at end
+            end
+          end
+          local pause = retry
+          if pause == nil and status == 429 then pause = reset or hold end
+          if pause and pause > 0 then
+            local untilAt = now + pause
+            b.hold = math.max(b.hold or untilAt, untilAt)
+            if status == 429 then
+              b.remaining = 0
+              b.reset = math.max(b.reset or untilAt, untilAt)
+            end
+          end
+        end
+        redis.call('DEL', KEYS[1])
+        local fields = {}
+        local last = now
+        for k, v in pairs(b) do
+          table.insert(fields, k); table.insert(fields, string.format('%.0f', v))
+          if (k == 'reset' or k == 'hold') and v > last then last = v end
+        end
+        if #fields > 0 then
+          redis.call('HSET', KEYS[1], unpack(fields))
+          redis.call('PEXPIRE', KEYS[1], math.max(60000, math.ceil((last - now + (b.window or 0)) / 1000) + 60000))
+        end
+        return result
+        """)
+
+    private func key(_ scope: String) -> [UInt8] {
+        Array((backend.config.keyPrefix + "provider:" + upstream + ":").utf8) + Array(scope.utf8)
+    }
+
+    private static func micros(_ duration: Duration?) -> String {
+        guard let duration else { return "-1" }
+        return String(max(0, GatewayMetrics.nanoseconds(duration) / 1_000))
+    }
+
+    func decide(_ scope: String, defaultHold: Duration, at now: ContinuousClock.Instant) async throws(RedisError) -> ProviderLimiter.Admission {
+        try await admission(run(scope, ["decide", Self.micros(defaultHold)]), at: now)
+    }
+
+    func claim(_ scope: String, at now: ContinuousClock.Instant) async throws(RedisError) -> ProviderLimiter.Admission {
+        try await admission(run(scope, ["claim"]), at: now)
+    }
+
+    func release(_ scope: String, slotCame: Bool) async throws(RedisError) {
+        _ = try await run(scope, ["release", slotCame ? "1" : "0"])
+    }
+
+    func abandon(_ scope: String) async throws(RedisError) {
+        _ = try await run(scope, ["abandon"])
+    }
+
+    func observe(_ scope: String, status: Int, _ seen: ProviderLimitObservation, defaultHold: Duration) async throws(RedisError) {
+        _ = try await run(scope, [
+            "observe", String(status), seen.remaining.map(String.init) ?? "-1", Self.micros(seen.reset),
+            seen.limit.map(String.init) ?? "-1", Self.micros(seen.window), Self.micros(seen.retryAfter), Self.micros(defaultHold),
+        ])
+    }
+
+    private func run(_ scope: String, _ arguments: [String]) async throws(RedisError) -> [Int64] {
+        let reply = try await backend.evaluate(Self.script, key: key(scope), arguments: arguments)
+        guard let values = reply.array, values.count == 2, let kind = values[0].int, let micros = values[1].int else {
+            throw RedisError(.protocolViolation, "unexpected reply from the provider limit script")
+        }
+        return [kind, micros]
+    }
+
+    private func admission(_ reply: [Int64], at now: ContinuousClock.Instant) -> ProviderLimiter.Admission {
+        let at = now.advanced(by: .microseconds(max(0, reply[1])))
+        switch reply[0] {
+        case 1: return .waitUntil(at)
+        case 2: return .reserved(at)
+        default: return .go
+        }
+    }
+}
