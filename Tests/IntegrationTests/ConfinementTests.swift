@@ -163,8 +163,13 @@ struct ConfinementTests {
         let violations = Self.perRequestViolations(instances, requests: 10_000, allowed: Self.sharedPerRequestUntilPaceRebuild,
                                                    pairs: true)
         #expect(violations.isEmpty, "\(violations.joined(separator: "\n"))")
-        // The allow-listed lock is still there (remove the entry once it is not).
-        #expect(instances.contains { Self.fileID($0.site) == "Portico/RateLimitStore.swift" && $0.threads.count > 1 })
+        // The allow-list entry is still needed: the bucket's lock is still taken per request by
+        // several threads. Once this fails (the Pace rebuild keeps a hot bucket in each thread's
+        // front), remove the entry, this check, and the row's "allow-listed" note in the docs.
+        #expect(instances.contains { instance in
+            Self.sharedPerRequestUntilPaceRebuild.contains(Self.fileID(instance.site)) && instance.threads.count > 1
+                && instance.acquisitions >= 10_000 / 8
+        }, "the rate-limit bucket's lock is no longer taken per request: remove sharedPerRequestUntilPaceRebuild")
 
         // Every site several threads took (a lock, or a `cap:` counter), each documented.
         let shared = Set(instances.filter { $0.threads.count > 1 }.map { Self.fileID($0.site) })
