@@ -56,6 +56,26 @@ public enum LockAudit {
         recording.store(false, ordering: .sequentiallyConsistent)
     }
 
+    /// Runs `body` with recording on, for tests that run beside each other: the first to enter
+    /// starts a fresh audit and the last to leave stops it, so one test's `stop` never ends
+    /// another's recording. Each test tells its own locks apart by the threads that took them.
+    public static func whileRecording<Result>(_ body: () throws -> Result) rethrows -> Result {
+        sessions.withLock { count in
+            if count == 0 { start() }
+            count += 1
+        }
+        defer {
+            sessions.withLock { count in
+                count -= 1
+                if count == 0 { stop() }
+            }
+        }
+        return try body()
+    }
+
+    /// Tests inside `whileRecording` now.
+    private static let sessions = Synchronization.Mutex(0)
+
     /// Every tracked instance taken since `start`.
     public static func report() -> [Instance] {
         registry.withLock { registry -> [Instance] in

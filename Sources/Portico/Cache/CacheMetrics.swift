@@ -51,7 +51,10 @@ public final class CacheMetrics: Sendable {
     func stale(_ reason: StaleReason) { staleServed[reason]?.increment() }
     func revalidated(_ result: RevalidationResult) { revalidations[result]?.increment() }
 
+    /// A change that changed nothing records nothing: an unsafe request's invalidation of a key
+    /// never stored must not write the gauge, a line every thread would write.
     func record(_ change: CacheStoreChange) {
+        guard change.changed else { return }
         if change.evictions > 0 { evictions.increment(by: change.evictions) }
         storedBytes.record(change.storedBytes)
     }

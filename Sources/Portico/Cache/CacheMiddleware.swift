@@ -206,8 +206,10 @@ public struct CacheMiddleware: ImmediateMiddleware {
                 throw error
             }
         case .alone:
-            return try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
-                                     context: context, next: next).response
+            let result = try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
+                                           context: context, next: next)
+            if result.uncacheable { coalescer.passed(key, uncacheableAt: context.clock.now) }
+            return result.response
         }
     }
 

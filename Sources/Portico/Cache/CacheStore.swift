@@ -21,6 +21,8 @@ public struct CacheStoreChange: Sendable, Equatable {
     /// Keys evicted to make room (not counting explicit removals).
     public var evictions: Int
     public var storedBytes: Int
+    /// Whether anything stored changed; when not, there is nothing for the metrics to record.
+    public var changed: Bool = true
 }
 
 /// A bounded in-memory store: LRU by primary key, charged by bytes. Each key holds at most
@@ -62,10 +64,11 @@ public final class InMemoryCacheStore: CacheStore {
             if oldest == nil { oldest = i }
         }
 
-        mutating func remove(_ i: Int) {
+        mutating func remove(_ i: Int, presence: KeyPresence) {
             unlink(i)
             bytes -= slots[i].bytes
             index[slots[i].key] = nil
+            presence.removed(hash: slots[i].key.hashValue)
             slots[i].variants = []
             slots[i].bytes = 0
             free.append(i)
@@ -81,11 +84,17 @@ public final class InMemoryCacheStore: CacheStore {
     private let generation = Atomic<UInt64>(0)
     /// One per thread shard (`ThreadShard`): what this thread looked up since the last change.
     private let fronts: [Front]
+    /// Which keys may be stored, without the lock: a request for a key never stored (what a
+    /// pass-through asks) takes neither the lock nor its thread's front.
+    private let presence: KeyPresence
+    /// `State.bytes` as of the last change, for an answer that changed nothing (no lock).
+    private let bytesAtLastChange = Atomic<Int>(0)
 
     public init(maxBytes: Int, maxVariants: Int = InMemoryCacheStore.defaultMaxVariants) {
         self.maxBytes = maxBytes
         self.maxVariants = max(1, maxVariants)
         self.fronts = (0..<ThreadShard.count).map { _ in Front() }
+        self.presence = KeyPresence(buckets: KeyPresence.buckets(forMaxBytes: maxBytes))
     }
 
     /// A thread's copy of its recent lookups, so that a hit on a hot key takes no lock that
@@ -111,11 +120,15 @@ public final class InMemoryCacheStore: CacheStore {
     public var keyCount: Int { state.withLock { $0.index.count } }
 
     public func variants(for key: String) -> [CacheEntry] {
+        guard presence.mayContain(hash: key.hashValue) else { return [] }
         let shard = ThreadShard.current
         guard shard.exclusive else { return lockedVariants(for: key) }
         let front = fronts[shard.index]
         let current = generation.load(ordering: .acquiring)
         if front.generation == current, let known = front.entries[key] {
+            // A key known to be absent (another key shares its presence bucket) has no place
+            // in the LRU list to keep.
+            guard !known.isEmpty else { return known }
             front.hits &+= 1
             if front.hits % Front.touchEvery == 0 { _ = lockedVariants(for: key) }
             return known
@@ -146,22 +159,24 @@ public final class InMemoryCacheStore: CacheStore {
     @discardableResult
     public func insert(_ entry: CacheEntry) -> CacheStoreChange {
         let size = entry.size
+        guard size <= maxBytes else {
+            return CacheStoreChange(evictions: 0, storedBytes: bytesAtLastChange.load(ordering: .relaxed), changed: false)
+        }
         return state.withLock { state in
-            guard size <= maxBytes else {
-                return CacheStoreChange(evictions: 0, storedBytes: state.bytes)
-            }
             let i: Int
             if let existing = state.index[entry.key] {
                 i = existing
                 state.unlink(i)
-            } else if let reused = state.free.popLast() {
-                i = reused
-                state.slots[i] = Slot(key: entry.key, variants: [], bytes: 0)
-                state.index[entry.key] = i
             } else {
-                i = state.slots.count
-                state.slots.append(Slot(key: entry.key, variants: [], bytes: 0))
+                if let reused = state.free.popLast() {
+                    i = reused
+                    state.slots[i] = Slot(key: entry.key, variants: [], bytes: 0)
+                } else {
+                    i = state.slots.count
+                    state.slots.append(Slot(key: entry.key, variants: [], bytes: 0))
+                }
                 state.index[entry.key] = i
+                presence.added(hash: entry.key.hashValue)
             }
             var variants = state.slots[i].variants.filter { $0.vary != entry.vary }
             variants.insert(entry, at: 0)
@@ -173,7 +188,7 @@ public final class InMemoryCacheStore: CacheStore {
             state.pushNewest(i)
             var evictions = 0
             while state.bytes > maxBytes, let oldest = state.oldest, oldest != i {
-                state.remove(oldest)
+                state.remove(oldest, presence: presence)
                 evictions += 1
             }
             // The new key alone may still exceed the limit through its other variants.
@@ -183,17 +198,25 @@ public final class InMemoryCacheStore: CacheStore {
                 state.bytes -= dropped.size
             }
             generation.wrappingAdd(1, ordering: .releasing)
+            bytesAtLastChange.store(state.bytes, ordering: .relaxed)
             return CacheStoreChange(evictions: evictions, storedBytes: state.bytes)
         }
     }
 
+    /// An invalidation of a key never stored (most of them: every successful unsafe request
+    /// asks for one) takes no lock.
     @discardableResult
     public func removeAll(for key: String) -> CacheStoreChange {
-        state.withLock { state in
-            if let i = state.index[key] {
-                state.remove(i)
-                generation.wrappingAdd(1, ordering: .releasing)
+        guard presence.mayContain(hash: key.hashValue) else {
+            return CacheStoreChange(evictions: 0, storedBytes: bytesAtLastChange.load(ordering: .relaxed), changed: false)
+        }
+        return state.withLock { state in
+            guard let i = state.index[key] else {
+                return CacheStoreChange(evictions: 0, storedBytes: state.bytes, changed: false)
             }
+            state.remove(i, presence: presence)
+            generation.wrappingAdd(1, ordering: .releasing)
+            bytesAtLastChange.store(state.bytes, ordering: .relaxed)
             return CacheStoreChange(evictions: 0, storedBytes: state.bytes)
         }
     }

@@ -3,6 +3,11 @@ import Synchronization
 /// One upstream fetch per cache key at a time: the first request for a key leads, later ones
 /// wait for its outcome, each within its own deadline. The table is bounded; when it is full,
 /// requests simply fetch on their own.
+///
+/// A key whose response could not be stored is marked for a while ("hit-for-pass") so that its
+/// requests go upstream without waiting; the marks (`PassMarks`) are read without the table's
+/// lock and renewed by the requests that pass, so a route the cache only passes through takes
+/// no lock shared between threads (issue #42).
 public final class RequestCoalescer: Sendable {
     public enum Outcome: Sendable {
         /// The leader stored this response: waiters whose `Vary` values match may use it.
@@ -82,14 +87,11 @@ public final class RequestCoalescer: Sendable {
         case alone
     }
 
-    private struct Table {
-        var flights: [String: Flight] = [:]
-        /// Keys whose last response could not be stored, until when: requests for them skip
-        /// the wait ("hit-for-pass"), so an uncacheable URI is not serialised behind itself.
-        var passUntil: [String: ContinuousClock.Instant] = [:]
-    }
-
-    private let table = Mutex(Table())
+    /// Flights by key.
+    private let table = Mutex<[String: Flight]>([:])
+    /// Keys whose last response could not be stored, until when: requests for them skip the
+    /// wait, so an uncacheable URI is not serialised behind itself.
+    private let passMarks: PassMarks
     public let limit: Int
     /// How long a key stays marked uncacheable after a response that could not be stored.
     public let passDuration: Duration
@@ -97,23 +99,24 @@ public final class RequestCoalescer: Sendable {
     public init(limit: Int, passDuration: Duration = .seconds(10)) {
         self.limit = limit
         self.passDuration = passDuration
+        // Two slots per flight the table may hold, so marks seldom overwrite each other.
+        passMarks = PassMarks(slots: min(1 << 16, max(64, 2 * limit)))
     }
 
-    public var inFlight: Int { table.withLock { $0.flights.count } }
+    public var inFlight: Int { table.withLock { $0.count } }
 
     /// Requests waiting on some flight (diagnostics and tests).
-    public var waiting: Int { table.withLock { $0.flights.values.reduce(0) { $0 + $1.waiterCount } } }
+    public var waiting: Int { table.withLock { $0.values.reduce(0) { $0 + $1.waiterCount } } }
 
+    /// A marked key goes `.alone` without the lock; the caller then tells `passed` what its
+    /// response was.
     public func join(_ key: String, at now: ContinuousClock.Instant) -> Role {
-        table.withLock { table in
-            if let flight = table.flights[key] { return .follower(flight) }
-            if let until = table.passUntil[key] {
-                if now < until { return .alone }
-                table.passUntil[key] = nil
-            }
-            guard table.flights.count < limit else { return .alone }
+        if let until = passMarks.until(hash: key.hashValue), now < until { return .alone }
+        return table.withLock { flights in
+            if let flight = flights[key] { return .follower(flight) }
+            guard flights.count < limit else { return .alone }
             let flight = Flight()
-            table.flights[key] = flight
+            flights[key] = flight
             return .leader(flight)
         }
     }
@@ -121,16 +124,20 @@ public final class RequestCoalescer: Sendable {
     /// Publishes the leader's outcome and frees the key for the next fetch. `uncacheable`
     /// marks the key so the next requests within `passDuration` go upstream without waiting.
     public func finish(_ key: String, _ flight: Flight, _ outcome: Outcome, uncacheableAt now: ContinuousClock.Instant? = nil) {
-        table.withLock { table in
-            if table.flights[key] === flight { table.flights[key] = nil }
-            guard let now else { return }
-            if table.passUntil.count >= limit {
-                table.passUntil = table.passUntil.filter { $0.value > now }
-                // Still full of live marks: forget one; the worst case is one more wait.
-                if table.passUntil.count >= limit, let any = table.passUntil.keys.first { table.passUntil[any] = nil }
-            }
-            table.passUntil[key] = now.advanced(by: passDuration)
+        table.withLock { flights in
+            if flights[key] === flight { flights[key] = nil }
         }
+        if let now { passMarks.mark(hash: key.hashValue, until: now.advanced(by: passDuration)) }
         flight.finish(outcome)
+    }
+
+    /// A request that went `.alone` got a response that could not be stored: the key's mark is
+    /// renewed once less than half of `passDuration` is left (or set, when it had none), so
+    /// requests keep passing without a leader every `passDuration`, and the mark's word is
+    /// written a few times per `passDuration`, not per request.
+    public func passed(_ key: String, uncacheableAt now: ContinuousClock.Instant) {
+        let hash = key.hashValue
+        if let until = passMarks.until(hash: hash), now.duration(to: until) >= passDuration / 2 { return }
+        passMarks.mark(hash: hash, until: now.advanced(by: passDuration))
     }
 }

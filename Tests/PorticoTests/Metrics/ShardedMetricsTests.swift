@@ -121,32 +121,33 @@ struct ShardedMetricsTests {
     @Test("recording takes no shared lock: a thread takes a handle cache's lock once per label set, then never")
     func noLockPerRecord() {
         let factory = Self.sharded(PrometheusCollectorRegistry())
-        LockAudit.start()
-        defer { LockAudit.stop() }
-        let metrics = GatewayMetrics(factory: factory)
-        let compress = CompressMetrics(factory: factory)
-        // Only a thread holding an exclusive shard keeps handles of its own; the suite runs beside
-        // others whose live threads (gateways' daemon threads and loops) may hold every shard, and
-        // a thread without one takes the shared path by design. The bound is for exclusive threads.
-        let exclusiveThreads = Synchronization.Mutex<Set<UInt>>([])
-        Self.onThreads(4, warmUp: { _ in
-            if ThreadShard.current.exclusive { exclusiveThreads.withLock { _ = $0.insert(UInt(pthread_self())) } }
-        }) { _ in
-            for index in 0..<5_000 {
-                metrics.requestStarted()
-                metrics.firstByte(route: "r", after: .microseconds(index))
-                metrics.requestFinished(route: "r", method: index % 2 == 0 ? "GET" : "PUT", code: 200,
-                                        duration: .microseconds(index))
-                compress.record(route: "r", .compressed, bytesIn: 10, bytesOut: 5)
+        // Beside other audited tests: each tells its own locks apart by its threads.
+        LockAudit.whileRecording {
+            let metrics = GatewayMetrics(factory: factory)
+            let compress = CompressMetrics(factory: factory)
+            // Only a thread holding an exclusive shard keeps handles of its own; the suite runs beside
+            // others whose live threads (gateways' daemon threads and loops) may hold every shard, and
+            // a thread without one takes the shared path by design. The bound is for exclusive threads.
+            let exclusiveThreads = Synchronization.Mutex<Set<UInt>>([])
+            Self.onThreads(4, warmUp: { _ in
+                if ThreadShard.current.exclusive { exclusiveThreads.withLock { _ = $0.insert(UInt(pthread_self())) } }
+            }) { _ in
+                for index in 0..<5_000 {
+                    metrics.requestStarted()
+                    metrics.firstByte(route: "r", after: .microseconds(index))
+                    metrics.requestFinished(route: "r", method: index % 2 == 0 ? "GET" : "PUT", code: 200,
+                                            duration: .microseconds(index))
+                    compress.record(route: "r", .compressed, bytesIn: 10, bytesOut: 5)
+                }
             }
-        }
-        let metricLocks = LockAudit.report().filter { $0.site.file.hasPrefix("Portico/Shard") }
-        #expect(!metricLocks.isEmpty)
-        let exclusive = exclusiveThreads.withLock { $0 }
-        for lock in metricLocks {
-            // An exclusive thread: at most 2 label sets (GET, PUT) per cache, then never again.
-            for (thread, acquisitions) in lock.threads where exclusive.contains(thread) {
-                #expect(acquisitions <= 2, "\(lock.site): \(acquisitions) acquisitions by one thread with its own shard")
+            let metricLocks = LockAudit.report().filter { $0.site.file.hasPrefix("Portico/Shard") }
+            #expect(!metricLocks.isEmpty)
+            let exclusive = exclusiveThreads.withLock { $0 }
+            for lock in metricLocks {
+                // An exclusive thread: at most 2 label sets (GET, PUT) per cache, then never again.
+                for (thread, acquisitions) in lock.threads where exclusive.contains(thread) {
+                    #expect(acquisitions <= 2, "\(lock.site): \(acquisitions) acquisitions by one thread with its own shard")
+                }
             }
         }
     }
