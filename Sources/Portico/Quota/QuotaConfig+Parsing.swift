@@ -33,6 +33,9 @@ extension QuotaConfig {
                 valid = false
             }
         }
+        if !c.key.isEmpty, c.allocations.isEmpty, let keyNode = m.value("key") {
+            keyNode.warning("has no effect without allocations: every request draws from the one count of limit")
+        }
         return valid ? c : nil
     }
 }

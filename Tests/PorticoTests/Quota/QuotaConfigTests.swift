@@ -52,6 +52,12 @@ struct QuotaConfigTests {
         #expect(QuotaAllocations(quota).all == [QuotaAllocation(index: 0, name: "default", limit: 50)])
         let offset = try load(Self.yaml("    type: quota\n    limit: 5\n    per: day\n    store: fleet\n    timezone: \"-05:30\""))
         #expect(offset.middleware["q"]?.settings(as: QuotaConfig.self)?.timeZone.secondsFromGMT() == -(5 * 3600 + 1800))
+        #expect(config.warnings.isEmpty && offset.warnings.isEmpty)
+        // A key without allocations picks nothing: accepted, with a word.
+        let keyed = try load(Self.yaml("    type: quota\n    limit: 5\n    per: day\n    store: fleet\n    key: client_ip"))
+        #expect(keyed.warnings.map(\.description) == [
+            "portico.yaml:9 middleware.q.key: has no effect without allocations: every request draws from the one count of limit",
+        ])
     }
 
     @Test("allocations: listed keys get their share (rounded down), the rest is one pool, or default's share")
