@@ -10,7 +10,7 @@ import Testing
 /// is made good when Redis returns, and /metrics shows refusals and usage per allocation.
 @Suite("Quotas on Redis", .serialized, .enabled(if: RedisServer.available, "redis-server is not installed"))
 struct QuotaTests {
-    static func yaml(redis: String, timeout: String = "2s", limit: Int = 20, per: String = "day") -> String {
+    static func yaml(redis: String, timeout: String = "10s", limit: Int = 20, per: String = "day") -> String {
         """
         listen: { address: 127.0.0.1, port: 0, threads: 2 }
         admin: { address: 127.0.0.1, port: 0 }
@@ -38,7 +38,7 @@ struct QuotaTests {
         """
     }
 
-    static func gateway(_ redis: RedisServer, clock: ManualClock, timeout: String = "2s", limit: Int = 20) throws -> TestGateway {
+    static func gateway(_ redis: RedisServer, clock: ManualClock, timeout: String = "10s", limit: Int = 20) throws -> TestGateway {
         try TestGateway(try ConfigLoader.load(yaml: yaml(redis: redis.url, timeout: timeout, limit: limit), environment: [:]),
                         clock: clock)
     }
@@ -126,7 +126,7 @@ struct QuotaTests {
         let clock = ManualClock(wallNow: Date(timeIntervalSince1970: 1_750_000_000))
         // A refused connection fails at once; the timeout only has to be long enough never to give
         // up on a command Redis then runs anyway (which would count it twice).
-        let gateway = try Self.gateway(redis, clock: clock, timeout: "5s", limit: 200)
+        let gateway = try Self.gateway(redis, clock: clock, timeout: "10s", limit: 200)
         defer { Task { await gateway.stop() } }
         let key = "portico:teams:day:20250615T0000Z:team-a"
         let pool = try RedisConnectionPool(configuration: redis.configuration())
@@ -151,7 +151,7 @@ struct QuotaTests {
             during += 1
         }
         let elapsed = start.duration(to: .now)
-        #expect(elapsed < .seconds(5) * during, "\(during) requests took \(elapsed): none waits for the timeout")
+        #expect(elapsed < .seconds(2) * during, "\(during) requests took \(elapsed): none waits for the timeout")
 
         // Back (empty: the test's Redis keeps nothing on disk): the first call that reaches it
         // brings what this replica served meanwhile.
