@@ -171,6 +171,16 @@ public enum ConfigSchema {
             "Send this Host instead of the URL's authority (after header hygiene); not with preserve_host."),
         key("max_response_bytes", .size(), "Larger bodies become 502 upstream_response_too_large; default none on nio, 64MiB on urlsession."),
         key("tls", .section(clientTLS), "TLS to an https:// upstream (nio for any key)."),
+        key("provider_limits", .section(providerLimits), "Learn the provider's limits from its RateLimit / X-RateLimit-* / Retry-After headers and hold back what it would refuse; default off."),
+    ])
+
+    static let providerLimits = Section("A learned budget per scope, spent before each attempt and corrected by every response.", [
+        key("scope", .either([.choice(["upstream", "route"]), .pattern("^header:[!#$%&'*+.^_`|~0-9A-Za-z-]+$", note: "header:NAME")]),
+            "upstream (default), route, or header:NAME (one budget per value, e.g. the API key the provider counts by)."),
+        key("when_exhausted", words(ProviderLimitsConfig.WhenExhausted.self), "Budget spent or provider pausing: wait (default; when the wait fits max_wait) or reject (429 provider_exhausted at once)."),
+        key("max_wait", .duration(positive: true), "The longest a request waits for the provider's reset (never past its deadline); default 5s."),
+        key("max_scopes", .integer(1...10_000_000), "Scopes kept in memory at most; default 10000."),
+        key("default_hold", .duration(positive: true), "How long a 429 that says nothing of when to come back holds the scope; default 1s."),
     ])
 
     static let healthCheck = Section("GET path on each endpoint every interval.", [
@@ -312,6 +322,9 @@ public enum ConfigSchema {
             key("max_keys", .integer(1...100_000_000), "Buckets kept in memory at most; default 100000."),
             key("store", .reference(section: "stores"), "A name under stores: to share the buckets; default in memory."),
             key("on_store_error", words(RateLimitConfig.StoreErrorPolicy.self), "With store, when Redis fails: local (default), allow or deny."),
+            key("on_limit", words(RateLimitConfig.OnLimit.self), "Over the limit: reject (default; 429 at once) or wait for the token."),
+            key("max_wait", .duration(positive: true), "on_limit: wait: the longest a request waits (never past its deadline); a longer wait is 429 at once; default 1s."),
+            key("max_waiting", .integer(1...10_000_000), "on_limit: wait: requests waiting at once; beyond, 429 at once; default 10000."),
         ])),
         ("retry", Section("Repeat failed upstream attempts.", [
             key("attempts", .integer(1...10), "Total attempts, the first included; default 3."),

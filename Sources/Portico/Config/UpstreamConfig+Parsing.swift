@@ -10,6 +10,7 @@ extension UpstreamConfig {
         m.read("balance", into: &c.balance) { $0.choice(BalanceStrategy.self) }
         m.read("outlier_detection", into: &c.outlierDetection) { $0.mapping().map(OutlierDetectionConfig.parse) }
         c.circuitBreaker = m.value("circuit_breaker")?.mapping().map(CircuitBreakerConfig.parse)
+        c.providerLimits = m.value("provider_limits")?.mapping().map(ProviderLimitsConfig.parse)
         c.healthCheck = m.value("health_check")?.mapping().flatMap(HealthCheckConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }

@@ -72,6 +72,7 @@ extension GatewayError {
             case rateLimited = "rate_limited"
             case rateLimitKeyMissing = "rate_limit_key_missing"
             case quotaExhausted = "quota_exhausted"
+            case providerExhausted = "provider_exhausted"
             case notCached = "not_cached"
             case overloaded
             case upstreamOverloaded = "upstream_overloaded"
@@ -109,6 +110,9 @@ extension GatewayError {
         public static let requestTimeout = Kind(.requestTimeout)
         /// 429: the rate limit refused the request.
         public static let rateLimited = Kind(.rateLimited)
+        /// 429: the upstream's own limit, learned from its responses (`provider_limits`), is
+        /// spent or it asked for a pause, and the request cannot wait for it.
+        public static let providerExhausted = Kind(.providerExhausted)
         /// 400: the request lacks the rate-limit key (`missing_key: reject`).
         public static let rateLimitKeyMissing = Kind(.rateLimitKeyMissing)
         /// 429: the request's allocation of a `quota` is spent for the current calendar window.
@@ -156,7 +160,7 @@ extension GatewayError {
             case .payloadTooLarge: .contentTooLarge
             case .headersTooLarge: .requestHeaderFieldsTooLarge
             case .notImplemented: .notImplemented
-            case .rateLimited, .quotaExhausted: .tooManyRequests
+            case .rateLimited, .quotaExhausted, .providerExhausted: .tooManyRequests
             case .requestTimeout, .notCached, .upstreamConnectTimeout, .upstreamTimeout: .gatewayTimeout
             case .overloaded, .upstreamOverloaded, .shuttingDown, .credentialsUnavailable: .serviceUnavailable
             case .upstreamConnectFailed, .upstreamConnectionClosed, .upstreamResponseTooLarge, .upstreamProtocolError,
@@ -229,6 +233,13 @@ extension GatewayError {
         var fields = headerFields
         fields[.retryAfter] = String(max(1, wholeSecondsRoundedUp(retryAfter)))
         return GatewayError(.rateLimited, message: "rate limit exceeded; retry later", headerFields: fields)
+    }
+    /// 429 when the upstream's learned limit is spent (`provider_limits`); `Retry-After` in whole seconds.
+    public static func providerExhausted(upstream: String, retryAfter: Duration) -> GatewayError {
+        var fields = HTTPFields()
+        fields[.retryAfter] = String(max(1, wholeSecondsRoundedUp(retryAfter)))
+        return GatewayError(.providerExhausted, message: "upstream \(upstream) is at its own rate limit; retry later",
+                            headerFields: fields)
     }
     /// 400 for a request that lacks the rate-limit key (`missing_key: reject`).
     public static func rateLimitKeyMissing(_ what: String) -> GatewayError {

@@ -14,6 +14,8 @@ public final class GatewayRuntime: Sendable {
     /// Every `middleware.NAME` instance, by name; a reload hands each to its successor when
     /// the settings did not change, so state (stored responses, buckets, budgets) carries over.
     public let middleware: [String: any Middleware]
+    /// Each upstream's learned provider limits (`provider_limits`); a reload hands unchanged ones over.
+    public let providerLimiters: [String: ProviderLimiter]
     /// Caches, whose background refreshes end with the runtime.
     public let caches: [CacheMiddleware]
     /// The first `access_log` in `defaults.middleware`: it logs the requests answered before
@@ -104,6 +106,15 @@ public final class GatewayRuntime: Sendable {
             }
             upstreamMetrics[name] = UpstreamMetrics(upstream: name)
         }
+        var providerLimiters: [String: ProviderLimiter] = [:]
+        for (name, upstream) in config.upstreams {
+            guard let limits = upstream.providerLimits else { continue }
+            if let old = previous?.providerLimiters[name], old.config == limits {
+                providerLimiters[name] = old   // what was learned, and who waits, carry over
+            } else {
+                providerLimiters[name] = ProviderLimiter(upstream: name, config: limits, clock: clock)
+            }
+        }
         var routes: [Route] = []
         for (route, chain) in zip(config.routes, chains) {
             let matcher = Route.Matcher(path: route.match.path, pathPrefix: route.match.pathPrefix,
@@ -112,7 +123,8 @@ public final class GatewayRuntime: Sendable {
             if let direct = route.direct {
                 endpoint = DirectResponder(status: direct.status, headers: direct.headers, body: direct.body)
             } else if let name = route.upstream, let client = upstreams[name] {
-                endpoint = UpstreamEndpoint(client: client, metrics: upstreamMetrics[name]).traced(by: tracing, upstream: client.config)
+                let forwarding = UpstreamEndpoint(client: client, metrics: upstreamMetrics[name]).traced(by: tracing, upstream: client.config)
+                endpoint = providerLimiters[name].map { ProviderPacedResponder(limiter: $0, endpoint: forwarding) } ?? forwarding
             } else {
                 // Checked above, before any upstream client existed: unreachable.
                 preconditionFailure("route \(route.name): no upstream or direct response")
@@ -136,6 +148,7 @@ public final class GatewayRuntime: Sendable {
         self.router = Router(routes: routes)
         self.unroutedAccessLog = config.defaults.middleware.lazy.compactMap { middleware[$0] as? AccessLogMiddleware }.first
         self.upstreams = upstreams
+        self.providerLimiters = providerLimiters
         self.tracing = tracing
         self.middleware = middleware
         self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }

@@ -23,3 +23,22 @@ final class LabelledCounters: Sendable {
         counters[dimensions.flatMap { [$0.0, $0.1] }].increment(by: amount)
     }
 }
+
+/// Gauges of one label whose label sets are made at run time (bounded by configuration), kept
+/// like `LabelledCounters`: made once per label set, then found without a lock.
+final class LabelledGauges: Sendable {
+    let label: String
+    private let gauges: HandleCache<[String], any RecorderHandler, any RecorderHandler>
+
+    init(_ label: String, factory: any MetricsFactory = MetricsSystem.factory) {
+        self.label = label
+        gauges = HandleCache(make: { key in
+            let dimensions = stride(from: 0, to: key.count - 1, by: 2).map { (key[$0], key[$0 + 1]) }
+            return factory.makeRecorder(label: label, dimensions: dimensions, aggregate: false)
+        }, localize: { handler, _ in handler })
+    }
+
+    func record(_ value: Double, _ dimensions: [(String, String)]) {
+        gauges[dimensions.flatMap { [$0.0, $0.1] }].record(value)
+    }
+}

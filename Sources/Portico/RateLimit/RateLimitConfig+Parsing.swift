@@ -13,6 +13,12 @@ extension RateLimitConfig {
             c.onStoreError = policy
             if m.value("store") == nil { policyNode.error("applies only with store: NAME (a shared store)") }
         }
+        m.read("on_limit", into: &c.onLimit) { $0.choice(OnLimit.self) }
+        for waitKey in ["max_wait", "max_waiting"] where m.value(waitKey) != nil && c.onLimit != .wait {
+            m.value(waitKey)?.error("applies only with on_limit: wait")
+        }
+        m.read("max_wait", into: &c.maxWait) { $0.duration(positive: true) }
+        m.read("max_waiting", into: &c.maxWaiting) { $0.int(in: 1...10_000_000) }
         if m.value("burst") == nil, let rate { c.burst = RateLimitConfig.defaultBurst(for: rate) }
         return rate == nil ? nil : c
     }

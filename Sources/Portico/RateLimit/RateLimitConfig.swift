@@ -37,6 +37,14 @@ public struct RateLimitConfig: Sendable, Equatable {
         case deny
     }
 
+    /// What a request over the limit gets.
+    public enum OnLimit: String, Sendable, Equatable, CaseIterable {
+        /// 429 at once (the default).
+        case reject
+        /// Waits for its token, up to `max_wait` and its deadline; 429 at once when the token is further away.
+        case wait
+    }
+
     public var key: [KeyPart] = [.clientIP]
     public var rate: Rate
     /// Bucket capacity: requests a rested client may send at once.
@@ -49,6 +57,11 @@ public struct RateLimitConfig: Sendable, Equatable {
     /// `stores.NAME` holding the buckets, shared by every replica; `nil`: in this process.
     public var store: String?
     public var onStoreError: StoreErrorPolicy = .local
+    public var onLimit: OnLimit = .reject
+    /// `on_limit: wait`: the longest a request waits for its token.
+    public var maxWait: Duration = .seconds(1)
+    /// `on_limit: wait`: requests waiting at once; beyond, 429 at once.
+    public var maxWaiting: Int = 10_000
 
     /// `burst` defaults to one second's worth of `rate`, rounded up (at least 1).
     public init(rate: Rate, burst: Int? = nil) {

@@ -10,19 +10,21 @@ struct RateLimitKind: MiddlewareKind {
 
     func make(name: String, settings: RateLimitConfig, previous: RateLimitMiddleware?,
               context: MiddlewareBuildContext) throws -> RateLimitMiddleware {
+        // Requests waiting on the old instance stay counted against `max_waiting`.
+        let queue = previous?.queue
         guard let storeName = settings.store else {
-            return RateLimitMiddleware(name: name, settings, store: previous?.store)
+            return RateLimitMiddleware(name: name, settings, store: previous?.store, queue: queue)
         }
         guard let backend = context.stores.backend(named: storeName) else {
             throw GatewayRuntime.BuildError(description: "middleware \(name): unknown store \"\(storeName)\"")
         }
         let old = previous?.store as? SharedRateLimitStore
         // The same client (an unchanged store): keep everything; another one: keep the local buckets.
-        if let old, old.backend === backend { return RateLimitMiddleware(name: name, settings, store: old) }
+        if let old, old.backend === backend { return RateLimitMiddleware(name: name, settings, store: old, queue: queue) }
         let policy = TokenBucketPolicy(settings)
         let store = SharedRateLimitStore(backend: backend, namespace: name, policy: policy, onStoreError: settings.onStoreError,
                                          local: old?.local ?? InMemoryRateLimitStore(policy: policy, maxKeys: settings.maxKeys))
-        return RateLimitMiddleware(name: name, settings, store: store)
+        return RateLimitMiddleware(name: name, settings, store: store, queue: queue)
     }
 }
 

@@ -1,15 +1,23 @@
 import HTTPTypes
+import Metrics
+import Synchronization
 
 /// Limits each key (client address, header value, route, or a combination) to a token bucket:
-/// `rate` sustained, `burst` at once. Refused requests get 429 `rate_limited` with
-/// `Retry-After`; every response (errors included) carries the IETF `RateLimit-Policy` and
-/// `RateLimit` headers unless `headers: false`. Place it outside caching and retries, so a
-/// client is charged once per request, however the request is served.
+/// `rate` sustained, `burst` at once. Over the limit a request is refused with 429
+/// `rate_limited` and `Retry-After` (`on_limit: reject`), or waits for its token
+/// (`on_limit: wait`): first come, first served, on a timer of its own event loop, never past
+/// `max_wait` or its own deadline, with at most `max_waiting` requests waiting at once. A
+/// request whose wait would be longer is refused at once, never after waiting. Every response
+/// (errors included) carries the IETF `RateLimit-Policy` and `RateLimit` headers unless
+/// `headers: false`. Place it outside caching and retries, so a client is charged once per
+/// request, however the request is served.
 public struct RateLimitMiddleware: ImmediateMiddleware {
     /// The middleware instance's name: the policy name in the headers.
     public let name: String
     public let config: RateLimitConfig
     public let store: any RateLimitStore
+    /// Requests waiting for their token now; carried over by a reload that keeps the store.
+    public let queue: RateLimitQueue
     private let policyValue: String
 
     /// Tokens rate limiters took while the request was being tried for an answer at once, by
@@ -18,6 +26,7 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         typealias Value = [String: RateLimitDecision]
     }
 
+    /// `portico_ratelimit_rejected_total{route,reason}`.
     static let rejected = LabelledCounters("portico_ratelimit_rejected_total")
     /// The bucket every keyless request shares (`missing_key: shared`). NUL cannot occur in a
     /// header value or an address, so no real key collides with it.
@@ -26,11 +35,12 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
     /// bounded whatever clients send.
     static let maxKeyBytes = 128
 
-    public init(name: String, _ config: RateLimitConfig, store: (any RateLimitStore)? = nil) {
+    public init(name: String, _ config: RateLimitConfig, store: (any RateLimitStore)? = nil, queue: RateLimitQueue? = nil) {
         self.name = name
         self.config = config
         let policy = TokenBucketPolicy(config)
         self.store = store ?? InMemoryRateLimitStore(policy: policy, maxKeys: config.maxKeys)
+        self.queue = queue ?? RateLimitQueue(middleware: name)
         self.policyValue = RateLimitHeaders.policy(name: name, policy: policy)
     }
 
@@ -41,9 +51,16 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         if let taken {
             decision = taken
         } else {
-            decision = try await store.acquire(try bucketKey(for: request, context: context), at: context.clock.now)
+            let key = try bucketKey(for: request, context: context)
+            let patience = self.patience(context)
+            let reserved = try await store.acquire(key, at: context.clock.now, maxWait: patience)
+            try check(reserved, patience: patience, context: context)
+            if reserved.wait > .zero {
+                try await wait(for: reserved, key: key, context: context)
+            }
+            decision = reserved
         }
-        try check(decision, context: context)
+        try check(decision, patience: .zero, context: context)
         do {
             var response = try await next(request, context)
             addHeaders(to: &response.headerFields, decision)
@@ -55,12 +72,19 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
     }
 
     /// Charges the request on the server's thread when the store can decide at once. When the
-    /// inner chain then needs a task, the decision travels with the request to `handle`.
+    /// inner chain then needs a task, the decision travels with the request to `handle`. A
+    /// request that would have to wait gives its reservation back and goes to `handle`, which
+    /// waits in a task (the server's thread never does).
     public func handleImmediately(_ request: GatewayRequest, context: RequestContext,
                                   next: ImmediateNextHandler) throws -> GatewayResponse? {
         let key = try bucketKey(for: request, context: context)
-        guard let decision = store.acquireImmediately(key, at: context.clock.now) else { return nil }
-        try check(decision, context: context)
+        let patience = self.patience(context)
+        guard let decision = store.acquireImmediately(key, at: context.clock.now, maxWait: patience) else { return nil }
+        try check(decision, patience: patience, context: context)
+        if decision.wait > .zero {
+            store.cancelImmediately(key, reservation: decision, at: context.clock.now)
+            return nil
+        }
         do {
             guard var response = try next(request, context) else {
                 context.stats.update { $0[TakenDecisions.self, default: [:]][name] = decision }
@@ -74,6 +98,33 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         }
     }
 
+    /// How long this request may wait for a token: `max_wait`, never past its own deadline;
+    /// zero with `on_limit: reject`.
+    private func patience(_ context: RequestContext) -> Duration {
+        guard config.onLimit == .wait else { return .zero }
+        return max(.zero, min(config.maxWait, context.remaining))
+    }
+
+    /// Waits out a reservation in the queue; a full queue refuses it, a client that leaves gives
+    /// its token back and never reaches the upstream.
+    private func wait(for reservation: RateLimitDecision, key: String, context: RequestContext) async throws {
+        guard queue.enter(limit: config.maxWaiting) else {
+            await store.cancel(key, reservation: reservation, at: context.clock.now)
+            throw refusal(.queueFull, retryAfter: reservation.wait, decision: reservation, context: context)
+        }
+        defer { queue.leave() }
+        let start = context.clock.now
+        do {
+            try await LoopTimer.sleep(until: start.advanced(by: reservation.wait), clock: context.clock)
+        } catch {
+            await store.cancel(key, reservation: reservation, at: context.clock.now)
+            throw error
+        }
+        let waited = start.duration(to: context.clock.now)
+        queue.record(waited: waited)
+        context.stats.update { $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms")) }
+    }
+
     /// The request's bucket; throws when the key is missing and `missing_key: reject`.
     private func bucketKey(for request: GatewayRequest, context: RequestContext) throws -> String {
         if let extracted = Self.key(for: request, parts: config.key, route: context.route,
@@ -84,13 +135,22 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         return Self.missingKeyBucket
     }
 
-    /// Throws the 429 for a refused decision.
-    private func check(_ decision: RateLimitDecision, context: RequestContext) throws {
+    /// Throws the 429 for a refused decision: `wait_too_long` when waiting was allowed but the
+    /// token is further away than the request may wait.
+    private func check(_ decision: RateLimitDecision, patience: Duration, context: RequestContext) throws {
         guard !decision.allowed else { return }
-        Self.rejected.increment([("route", context.route ?? "")])
+        throw refusal(patience > .zero ? .waitTooLong : .rate, retryAfter: decision.retryAfter,
+                      decision: decision, context: context)
+    }
+
+    /// The 429 for a refusal, counted by reason.
+    private func refusal(_ reason: RateLimitRefusal, retryAfter: Duration, decision: RateLimitDecision,
+                         context: RequestContext) -> GatewayError {
+        Self.rejected.increment([("route", context.route ?? ""), ("reason", reason.rawValue)])
         var fields = HTTPFields()
         addHeaders(to: &fields, decision)
-        throw GatewayError.rateLimited(retryAfter: decision.retryAfter, headerFields: fields)
+        context.stats.update { $0.extra.append(("ratelimit", reason.rawValue)) }
+        return GatewayError.rateLimited(retryAfter: retryAfter, headerFields: fields)
     }
 
     private func addHeaders(to fields: inout HTTPFields, _ decision: RateLimitDecision) {

@@ -42,6 +42,45 @@ public final class RedisBucketStore: Sendable {
         return {allowed, math.floor(tokens), reset, retry}
         """)
 
+    /// `on_limit: wait` (GCRA). `KEYS[1]` holds one number: when the bucket is full again, in
+    /// microseconds of the server's clock. `ARGV` microseconds per token, the bucket's depth
+    /// (burst × interval), how long the request may wait. Returns allowed (0/1), whole tokens
+    /// left, microseconds until full, and when allowed the microseconds until this request may go
+    /// (its reserved slot), when refused until a token could be had.
+    static let reserveScript = RedisScript("""
+        local interval = tonumber(ARGV[1])
+        local depth = tonumber(ARGV[2])
+        local patience = tonumber(ARGV[3])
+        local clock = redis.call('TIME')
+        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        local stored = redis.call('GET', KEYS[1])
+        local full = now
+        if stored then full = math.max(now, tonumber(stored)) end
+        local nextFull = full + interval
+        local due = nextFull - depth - now
+        if due > patience then
+          return {0, 0, full - now, due}
+        end
+        redis.call('SET', KEYS[1], string.format('%.0f', nextFull), 'PX', math.max(1, math.ceil((nextFull - now) / 1000)))
+        if due < 0 then due = 0 end
+        return {1, math.floor(math.max(0, depth - (nextFull - now)) / interval), nextFull - now, due}
+        """)
+
+    /// Gives one reserved slot back (`KEYS[1]` as above; `ARGV[1]` microseconds per token).
+    static let giveBackScript = RedisScript("""
+        local stored = redis.call('GET', KEYS[1])
+        if not stored then return 0 end
+        local clock = redis.call('TIME')
+        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        local full = tonumber(stored) - tonumber(ARGV[1])
+        if full <= now then
+          redis.call('DEL', KEYS[1])
+        else
+          redis.call('SET', KEYS[1], string.format('%.0f', full), 'PX', math.max(1, math.ceil((full - now) / 1000)))
+        end
+        return 1
+        """)
+
     /// `portico_ratelimit_store_errors_total{store,kind}`.
     static let errors = LabelledCounters("portico_ratelimit_store_errors_total")
 
@@ -99,14 +138,62 @@ public final class RedisBucketStore: Sendable {
             return RateLimitDecision(allowed: allowed == 1, remaining: Int(remaining),
                                      resetAfter: .microseconds(reset), retryAfter: .microseconds(retry))
         } catch {
-            Self.errors.increment([("store", name), ("kind", StoreErrorKind(error).rawValue)])
-            if !failing.exchange(true, ordering: .relaxed) {
-                // Once per outage; `on_store_error` applies until the store answers again.
-                logger.warning("rate limit store failed", metadata: [
-                    "redis": "\(config.shownURL)", "kind": "\(StoreErrorKind(error).rawValue)", "error": "\(error.message)",
-                ])
-            }
+            noteFailure(error)
             throw error
+        }
+    }
+
+    /// Reserves the next slot of `key`'s GCRA bucket within `maxWait` (`on_limit: wait`).
+    func reserve(_ key: String, namespace: String, policy: TokenBucketPolicy, maxWait: Duration) async throws(RedisError) -> RateLimitDecision {
+        let interval = max(1, policy.intervalNanoseconds / 1_000)
+        let reply = try await call(Self.reserveScript, key: waitingKey(key, namespace: namespace), arguments: [
+            String(interval), String(interval * Int64(max(1, policy.burst))),
+            String(max(0, GatewayMetrics.nanoseconds(maxWait) / 1_000)),
+        ])
+        guard let values = reply.array, values.count == 4, let allowed = values[0].int, let remaining = values[1].int,
+              let reset = values[2].int, let due = values[3].int else {
+            throw RedisError(.protocolViolation, "unexpected reply from the rate limit script")
+        }
+        return RateLimitDecision(allowed: allowed == 1, remaining: Int(remaining), resetAfter: .microseconds(reset),
+                                 retryAfter: allowed == 1 ? .zero : .microseconds(due),
+                                 wait: allowed == 1 ? .microseconds(due) : .zero)
+    }
+
+    /// Gives a reserved slot back.
+    func giveBack(_ key: String, namespace: String, policy: TokenBucketPolicy) async throws(RedisError) {
+        _ = try await call(Self.giveBackScript, key: waitingKey(key, namespace: namespace),
+                           arguments: [String(max(1, policy.intervalNanoseconds / 1_000))])
+    }
+
+    /// GCRA buckets live apart from the token buckets (`:w:`), so switching `on_limit` never
+    /// reads one kind as the other.
+    private func waitingKey(_ key: String, namespace: String) -> [UInt8] {
+        Array((config.keyPrefix + namespace + ":w:").utf8) + Array(key.utf8)
+    }
+
+    /// One script call, timed and counted like `take`.
+    private func call(_ script: RedisScript, key: [UInt8], arguments: [String]) async throws(RedisError) -> RESPValue {
+        let start = ContinuousClock.now
+        defer { latency.recordNanoseconds(GatewayMetrics.nanoseconds(start.duration(to: .now))) }
+        do throws(RedisError) {
+            let reply = try await pool.evaluate(script, keys: [.bytes(key)], arguments: arguments.map { .string($0) })
+            if failing.exchange(false, ordering: .relaxed) {
+                logger.notice("rate limit store answering again")
+            }
+            return reply
+        } catch {
+            noteFailure(error)
+            throw error
+        }
+    }
+
+    private func noteFailure(_ error: RedisError) {
+        Self.errors.increment([("store", name), ("kind", StoreErrorKind(error).rawValue)])
+        if !failing.exchange(true, ordering: .relaxed) {
+            // Once per outage; `on_store_error` applies until the store answers again.
+            logger.warning("rate limit store failed", metadata: [
+                "redis": "\(config.shownURL)", "kind": "\(StoreErrorKind(error).rawValue)", "error": "\(error.message)",
+            ])
         }
     }
 

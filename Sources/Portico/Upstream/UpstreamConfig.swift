@@ -56,6 +56,8 @@ public struct UpstreamConfig: Sendable, Equatable {
     public static let maxBufferedUpload = 64 * 1024 * 1024
     /// `tls:` for an `https://` upstream; the default verifies against the system trust store.
     public var tls = TLSClientConfig()
+    /// Learn the provider's limits from its responses and hold back what it would refuse.
+    public var providerLimits: ProviderLimitsConfig?
 
     /// `host_header`, else the name a resolved endpoint stands for (`requestAuthority`), else the URL's.
     func sentHost(_ target: UpstreamTarget) -> String {

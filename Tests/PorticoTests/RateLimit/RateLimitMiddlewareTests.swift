@@ -122,7 +122,7 @@ struct RateLimitMiddlewareTests {
     @Test("a custom store can be plugged in")
     func customStore() async throws {
         struct Deny: RateLimitStore {
-            func acquire(_ key: String, at now: ContinuousClock.Instant) async throws -> RateLimitDecision {
+            func acquire(_ key: String, at now: ContinuousClock.Instant, maxWait: Duration) async throws -> RateLimitDecision {
                 RateLimitDecision(allowed: false, remaining: 0, resetAfter: .seconds(7), retryAfter: .milliseconds(2500))
             }
         }

@@ -1,0 +1,371 @@
+import Foundation
+import HTTPTypes
+import Metrics
+import Synchronization
+
+/// One upstream's learned limits (`provider_limits`): a budget per scope, spent before each
+/// attempt is forwarded and corrected by every response the provider sends.
+///
+/// After a response that says `r` remain until `t`, at most `r` more requests go before `t`,
+/// counting those still in flight (they may not be in the provider's count yet): the budget is
+/// `r` less what is in flight. A `Retry-After` (or a 429) holds the scope until then: nothing
+/// reaches the provider during a hold it announced. When the budget is spent or the scope is
+/// held, a request waits for the reset (`when_exhausted: wait`, when the wait fits `max_wait`
+/// and its deadline) or is refused at once with 429 `provider_exhausted` and `Retry-After`.
+/// After the reset the window's quota (when the provider said it) is the budget until the next
+/// response says what holds.
+///
+/// Shared state: a scope's budget is one number for every core by nature (the provider counts
+/// them all), so each scope is a small record under its shard's lock, taken once when an attempt
+/// goes and once when its answer comes; requests of other scopes rarely meet it.
+public final class ProviderLimiter: Sendable {
+    public let upstream: String
+    public let config: ProviderLimitsConfig
+
+    struct Budget {
+        var remaining: Int?
+        var reset: ContinuousClock.Instant?
+        var limit: Int?
+        /// The provider's window: what it said (`RateLimit-Policy`'s `w`), else the longest
+        /// reset it has announced (a window's first answer announces about all of it).
+        var window: Duration?
+        var windowSaid = false
+        var hold: ContinuousClock.Instant?
+        var inFlight = 0
+        var waiting = 0
+        /// Requests holding a slot in a window still to come, first come first served.
+        var reserved = 0
+        var lastUsed: ContinuousClock.Instant
+
+        /// The provider's window ended: its quota (when known) is the budget again, first for
+        /// the requests that reserved a slot in it.
+        mutating func roll(at now: ContinuousClock.Instant) {
+            if let hold, now >= hold { self.hold = nil }
+            while let reset, now >= reset {
+                guard let limit else {
+                    remaining = nil
+                    reserved = 0
+                    self.reset = nil
+                    return
+                }
+                let moved = min(reserved, limit)
+                reserved -= moved
+                remaining = max(0, limit - moved)
+                if let window, window > .zero {
+                    self.reset = reset.advanced(by: window)
+                } else {
+                    self.reset = nil
+                }
+            }
+        }
+
+        var idle: Bool { inFlight == 0 && waiting == 0 && reserved == 0 }
+    }
+
+    enum Admission {
+        case go
+        /// Held (`Retry-After`) or spent with no quota known: ask again then.
+        case waitUntil(ContinuousClock.Instant)
+        /// A slot in a window to come is this request's: it goes then.
+        case reserved(ContinuousClock.Instant)
+    }
+
+    private final class Shard: Sendable {
+        let budgets = Mutex<[String: Budget]>([:])
+    }
+
+    private let shards: [Shard]
+    private let shardCapacity: Int
+    private let clock: any GatewayClock
+
+    /// `portico_provider_limit_waiting{upstream}`, `portico_provider_limit_wait_seconds{upstream}`.
+    private let waitingMeter: Meter
+    private let waited: Metrics.Timer
+    static let throttled = LabelledCounters("portico_provider_throttled_total")
+    static let malformed = LabelledCounters("portico_provider_limit_malformed_total")
+    static let remainingGauges = LabelledGauges("portico_provider_limit_remaining")
+
+    public init(upstream: String, config: ProviderLimitsConfig, clock: any GatewayClock, shards: Int = 16) {
+        self.upstream = upstream
+        self.config = config
+        self.clock = clock
+        let count = max(1, min(shards, config.maxScopes))
+        self.shards = (0..<count).map { _ in Shard() }
+        self.shardCapacity = max(1, config.maxScopes / count)
+        waitingMeter = Meter(label: "portico_provider_limit_waiting", dimensions: [("upstream", upstream)])
+        waited = Metrics.Timer(label: "portico_provider_limit_wait_seconds", dimensions: [("upstream", upstream)])
+    }
+
+    /// The scope a request counts against.
+    func scope(for request: GatewayRequest, context: RequestContext) -> String {
+        switch config.scope {
+        case .upstream: ""
+        case .route: context.route ?? ""
+        case .header(let name):
+            RateLimitMiddleware.key(for: request, parts: [.header(name)], route: nil) ?? RateLimitMiddleware.missingKeyBucket
+        }
+    }
+
+    /// Lets an attempt go, after waiting for the provider's reset when that fits; throws 429
+    /// `provider_exhausted` at once when it does not.
+    func admit(_ scope: String, context: RequestContext) async throws {
+        let patience = config.whenExhausted == .wait ? max(.zero, min(config.maxWait, context.remaining)) : .zero
+        let start = clock.now
+        var admission = decide(scope, at: start)
+        while true {
+            let now = clock.now
+            let left = patience - start.duration(to: now)
+            switch admission {
+            case .go:
+                return
+            case .waitUntil(let instant):
+                let needed = now.duration(to: instant)
+                guard needed <= left else { throw refusal(retryAfter: needed, context: context) }
+                try await wait(scope, until: instant)
+                admission = decide(scope, at: clock.now)
+            case .reserved(let instant):
+                let needed = now.duration(to: instant)
+                guard needed <= left else {
+                    release(scope, slotAt: instant)
+                    throw refusal(retryAfter: needed, context: context)
+                }
+                do {
+                    try await wait(scope, until: instant)
+                } catch {
+                    release(scope, slotAt: instant)
+                    throw error
+                }
+                admission = claim(scope, at: clock.now)
+            }
+        }
+    }
+
+    /// A reservation that will not be used: back to the queue, or to its window's budget when
+    /// that window has come.
+    private func release(_ scope: String, slotAt instant: ContinuousClock.Instant) {
+        let now = clock.now
+        update(scope) { budget in
+            budget.roll(at: now)
+            if instant <= now || budget.reserved == 0 {
+                budget.remaining = budget.remaining.map { $0 + 1 }
+            } else {
+                budget.reserved -= 1
+            }
+        }
+    }
+
+    /// A reservation's time has come: it goes, unless the provider asked for a pause meanwhile.
+    private func claim(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
+        update(scope) { budget in
+            budget.roll(at: now)
+            if let hold = budget.hold {
+                budget.remaining = budget.remaining.map { $0 + 1 }
+                return .waitUntil(hold)
+            }
+            budget.inFlight += 1
+            return .go
+        }
+    }
+
+    private func wait(_ scope: String, until instant: ContinuousClock.Instant) async throws {
+        update(scope) { $0.waiting += 1 }
+        waitingMeter.increment()
+        let started = clock.now
+        defer {
+            update(scope) { $0.waiting -= 1 }
+            waitingMeter.decrement()
+            waited.recordNanoseconds(GatewayMetrics.nanoseconds(started.duration(to: clock.now)))
+        }
+        try await LoopTimer.sleep(until: instant, clock: clock)
+    }
+
+    private func refusal(retryAfter: Duration, context: RequestContext) -> GatewayError {
+        RateLimitMiddleware.rejected.increment([("route", context.route ?? ""), ("reason", "provider_exhausted")])
+        context.stats.update { $0.extra.append(("ratelimit", "provider_exhausted")) }
+        return GatewayError.providerExhausted(upstream: upstream, retryAfter: retryAfter)
+    }
+
+    /// Spends one from the budget, or says until when to wait: with the window's quota known, a
+    /// slot in the first window that still has room (first come, first served); else until the
+    /// reset.
+    func decide(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
+        update(scope) { budget in
+            budget.roll(at: now)
+            budget.lastUsed = now
+            if let hold = budget.hold { return .waitUntil(hold) }
+            if let remaining = budget.remaining {
+                guard remaining > 0 else {
+                    if let limit = budget.limit, limit > 0, let reset = budget.reset, let window = budget.window, window > .zero {
+                        let slot = reset.advanced(by: window * (budget.reserved / limit))
+                        budget.reserved += 1
+                        return .reserved(slot)
+                    }
+                    return .waitUntil(budget.reset ?? now.advanced(by: config.defaultHold))
+                }
+                budget.remaining = remaining - 1
+            }
+            budget.inFlight += 1
+            return .go
+        }
+    }
+
+    /// What the provider's answer to an admitted attempt says.
+    func observe(_ scope: String, status: Int, fields: HTTPFields) {
+        let observation = ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow)
+        for name in observation.malformed {
+            Self.malformed.increment([("upstream", upstream), ("header", name)])
+        }
+        if status == 429 { Self.throttled.increment([("upstream", upstream)]) }
+        let now = clock.now
+        let left: Int? = update(scope) { budget in
+            budget.inFlight = max(0, budget.inFlight - 1)
+            budget.roll(at: now)
+            Self.learn(observation, status: status, into: &budget, at: now, defaultHold: config.defaultHold)
+            return budget.remaining
+        }
+        if let left, config.scope != .header("") {
+            switch config.scope {
+            case .upstream: Self.remainingGauges.record(Double(left), [("upstream", upstream), ("scope", "upstream")])
+            case .route: Self.remainingGauges.record(Double(left), [("upstream", upstream), ("scope", scope)])
+            case .header: break  // a header's value (an API key) is never a label: see GET /limits
+            }
+        }
+    }
+
+    /// An attempt ended without an answer (connect error, timeout, cancelled): no longer in flight.
+    func abandon(_ scope: String) {
+        update(scope) { $0.inFlight = max(0, $0.inFlight - 1) }
+    }
+
+    static func learn(_ observation: ProviderLimitObservation, status: Int, into budget: inout Budget,
+                      at now: ContinuousClock.Instant, defaultHold: Duration) {
+        if let limit = observation.limit { budget.limit = limit }
+        if let window = observation.window {
+            budget.window = window
+            budget.windowSaid = true
+        } else if !budget.windowSaid, let reset = observation.reset, reset > (budget.window ?? .zero) {
+            budget.window = reset
+        }
+        if let remaining = observation.remaining {
+            let left = max(0, remaining - budget.inFlight)
+            let reset = observation.reset.map { now.advanced(by: $0) }
+            // A reset later than the one known (by more than the headers' one-second resolution)
+            // is a new window: its count replaces the old. Within a window counts only go down
+            // (answers arrive out of order).
+            if let known = budget.reset, let reset, reset <= known.advanced(by: .seconds(1)), let current = budget.remaining {
+                budget.remaining = min(current, left)
+                budget.reset = max(known, reset)
+            } else {
+                budget.remaining = left
+                budget.reset = reset ?? budget.reset
+            }
+        }
+        var hold: Duration?
+        if let retryAfter = observation.retryAfter {
+            hold = retryAfter
+        } else if status == 429 {
+            // Refused without saying until when: until its reset when it gave one, else a short pause.
+            hold = observation.reset ?? defaultHold
+        }
+        if let hold, hold > .zero {
+            let until = now.advanced(by: hold)
+            budget.hold = max(budget.hold ?? until, until)
+            if status == 429 {
+                // Refused: nothing is left until the hold ends, whatever the headers counted.
+                budget.remaining = 0
+                budget.reset = max(budget.reset ?? until, until)
+            }
+        }
+    }
+
+    /// Runs `body` on the scope's record, made (and room made for it) when missing.
+    private func update<Result>(_ scope: String, _ body: (inout Budget) -> Result) -> Result {
+        let shard = shards[Int(UInt(bitPattern: scope.hashValue) % UInt(shards.count))]
+        let now = clock.now
+        return shard.budgets.withLock { budgets in
+            if budgets[scope] == nil, budgets.count >= shardCapacity { evict(&budgets, at: now) }
+            return body(&budgets[scope, default: Budget(lastUsed: now)])
+        }
+    }
+
+    /// Forgets idle scopes that know nothing still in force, then the least recently used idle
+    /// ones, down to three quarters of the shard.
+    private func evict(_ budgets: inout [String: Budget], at now: ContinuousClock.Instant) {
+        budgets = budgets.filter { _, budget in
+            var rolled = budget
+            rolled.roll(at: now)
+            return !budget.idle || rolled.hold != nil || rolled.reset != nil
+        }
+        let target = shardCapacity * 3 / 4
+        guard budgets.count > target else { return }
+        let idle = budgets.filter { $0.value.idle }.sorted { $0.value.lastUsed < $1.value.lastUsed }
+        for (key, _) in idle.prefix(budgets.count - target) { budgets[key] = nil }
+    }
+
+    /// Every scope known now, for `GET /limits`. A header scope's value (an API key, say) is
+    /// shown as a hash, never as itself.
+    public func report() -> [ProviderScopeReport] {
+        let now = clock.now
+        var reports: [ProviderScopeReport] = []
+        for shard in shards {
+            shard.budgets.withLock { budgets in
+                for (scope, budget) in budgets {
+                    var rolled = budget
+                    rolled.roll(at: now)
+                    let shown: String = switch config.scope {
+                    case .upstream: "upstream"
+                    case .route: scope
+                    case .header: "#" + String(RateLimitMiddleware.fnv1a(scope), radix: 16)
+                    }
+                    reports.append(ProviderScopeReport(
+                        scope: shown, remaining: rolled.remaining, limit: rolled.limit,
+                        resetSeconds: rolled.reset.map { Self.seconds(now.duration(to: $0)) },
+                        holdSeconds: rolled.hold.map { Self.seconds(now.duration(to: $0)) },
+                        inFlight: rolled.inFlight, waiting: rolled.waiting))
+                }
+            }
+        }
+        return reports.sorted { $0.scope < $1.scope }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        max(0, Double(GatewayMetrics.nanoseconds(duration)) / 1e9)
+    }
+}
+
+/// One learned scope as `GET /limits` shows it.
+public struct ProviderScopeReport: Sendable, Equatable, Encodable {
+    public var scope: String
+    public var remaining: Int?
+    public var limit: Int?
+    public var resetSeconds: Double?
+    public var holdSeconds: Double?
+    public var inFlight: Int
+    public var waiting: Int
+
+    enum CodingKeys: String, CodingKey {
+        case scope, remaining, limit, waiting
+        case resetSeconds = "reset_seconds", holdSeconds = "hold_seconds", inFlight = "in_flight"
+    }
+}
+
+/// The endpoint of a route whose upstream has `provider_limits`: each attempt is admitted by
+/// the limiter before it goes and its answer teaches the limiter.
+struct ProviderPacedResponder: Responder {
+    let limiter: ProviderLimiter
+    let endpoint: any Responder
+
+    nonisolated(nonsending)
+    func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        let scope = limiter.scope(for: request, context: context)
+        try await limiter.admit(scope, context: context)
+        do {
+            let response = try await endpoint.respond(to: request, context: context)
+            limiter.observe(scope, status: response.status.code, fields: response.headerFields)
+            return response
+        } catch {
+            limiter.abandon(scope)
+            throw error
+        }
+    }
+}
