@@ -100,7 +100,7 @@ public enum ConfigSchema {
         key("tracing", .section(tracing), "OpenTelemetry traces over OTLP/HTTP; off when absent."),
         key("upstreams", .map(.section(upstream)), "Upstream services, by name; routes refer to them with upstream: NAME."),
         key("credentials", .map(.typed(credentialTypes)), "Credentials, by name; the auth middleware injects them. Secrets belong in ${VAR} or ${file:...}."),
-        key("stores", .map(.typed(storeTypes)), "Shared places for rate-limit buckets, by name (rate_limit.store)."),
+        key("stores", .map(.typed(storeTypes)), "Shared places for rate-limit buckets and quota counts, by name (rate_limit.store, quota.store)."),
         key("middleware", .map(.typed(middlewareTypes)), "Named, reusable middleware instances; routes list them by name."),
         key("defaults", .section(defaults), "Settings for routes that do not set their own."),
         required("routes", .list(.section(route), nonEmpty: true), "Routes, matched by host, then exact path, then the longest path prefix. At least one."),
@@ -256,7 +256,7 @@ public enum ConfigSchema {
 
     static let storeTypes: [(type: String, section: Section)] = StoreConfig.supportedTypes.map { ($0, redisStore) }
 
-    static let redisStore = Section("A Redis server shared by every replica's rate limits.", [
+    static let redisStore = Section("A Redis server shared by every replica's rate limits and quotas.", [
         required("url", .pattern("^rediss?://", note: "a redis:// or rediss:// URL"), "redis://[user:password@]host[:port][/db]; rediss:// for TLS."),
         key("password", .text, "Overrides a password in the URL; never logged."),
         key("tls", .section(clientTLS), "rediss:// only: the upstream tls keys."),
@@ -300,6 +300,18 @@ public enum ConfigSchema {
                 "Content-Type patterns; a list replaces the default."),
             key("window_bits", .integer(9...15), "zlib window 2^n bytes; default 15."),
             key("mem_level", .integer(1...9), "zlib hash memory; default 8."),
+        ])),
+        ("quota", Section("Requests per calendar window (hour, day, month) in a shared store, split by allocations; 429 quota_exhausted beyond it.", [
+            required("limit", .integer(1...1_000_000_000_000), "Requests per window, all allocations together."),
+            required("per", words(QuotaConfig.Period.self), "The calendar window: hour, day or month."),
+            required("store", .reference(section: "stores"), "A name under stores: the counts survive restarts and hold across replicas."),
+            key("key", .either([rateLimitKeyPart, .list(rateLimitKeyPart, unique: true, nonEmpty: true)]),
+                "What picks the allocation: client_ip, route, header:NAME or a list (values joined by +); default none."),
+            key("timezone", .pattern("^([+-][0-9]{2}:[0-9]{2}|[A-Za-z][A-Za-z0-9_+/-]*)$", note: "an IANA zone name or an offset such as +02:00"),
+                "Whose calendar: an IANA zone (Europe/Paris) or a fixed offset (+02:00); default UTC."),
+            key("allocations", .map(.percentage), "A key's share of limit; keys not listed share what is left, or default: N%; at most 100% together."),
+            key("on_store_error", words(QuotaConfig.StoreErrorPolicy.self), "When Redis fails: local (default; count on from the last count), allow or deny."),
+            key("headers", .boolean, "RateLimit-Policy / RateLimit headers; default true."),
         ])),
         ("rate_limit", Section("A token bucket per key; 429 rate_limited beyond it.", [
             required("rate", .rate, "Sustained rate: 100/s, 6000/m, 5/10s."),

@@ -2,7 +2,7 @@
 struct MiddlewareRegistry: Sendable {
     /// Every type Portico ships. Adding one is a `MiddlewareKind` in its folder and an entry here.
     static let standard = MiddlewareRegistry([
-        AccessLogKind(), AuthKind(), CacheKind(), CompressKind(), HeadersKind(), RateLimitKind(), RetryKind(),
+        AccessLogKind(), AuthKind(), CacheKind(), CompressKind(), HeadersKind(), QuotaKind(), RateLimitKind(), RetryKind(),
     ])
 
     private let kinds: [any MiddlewareKind]

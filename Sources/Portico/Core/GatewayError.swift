@@ -71,6 +71,7 @@ extension GatewayError {
             case requestTimeout = "request_timeout"
             case rateLimited = "rate_limited"
             case rateLimitKeyMissing = "rate_limit_key_missing"
+            case quotaExhausted = "quota_exhausted"
             case providerExhausted = "provider_exhausted"
             case notCached = "not_cached"
             case overloaded
@@ -114,6 +115,8 @@ extension GatewayError {
         public static let providerExhausted = Kind(.providerExhausted)
         /// 400: the request lacks the rate-limit key (`missing_key: reject`).
         public static let rateLimitKeyMissing = Kind(.rateLimitKeyMissing)
+        /// 429: the request's allocation of a `quota` is spent for the current calendar window.
+        public static let quotaExhausted = Kind(.quotaExhausted)
         /// 504: `only-if-cached` and nothing stored answers.
         public static let notCached = Kind(.notCached)
         /// 503: too many requests in flight.
@@ -157,7 +160,7 @@ extension GatewayError {
             case .payloadTooLarge: .contentTooLarge
             case .headersTooLarge: .requestHeaderFieldsTooLarge
             case .notImplemented: .notImplemented
-            case .rateLimited, .providerExhausted: .tooManyRequests
+            case .rateLimited, .quotaExhausted, .providerExhausted: .tooManyRequests
             case .requestTimeout, .notCached, .upstreamConnectTimeout, .upstreamTimeout: .gatewayTimeout
             case .overloaded, .upstreamOverloaded, .shuttingDown, .credentialsUnavailable: .serviceUnavailable
             case .upstreamConnectFailed, .upstreamConnectionClosed, .upstreamResponseTooLarge, .upstreamProtocolError,
@@ -241,6 +244,13 @@ extension GatewayError {
     /// 400 for a request that lacks the rate-limit key (`missing_key: reject`).
     public static func rateLimitKeyMissing(_ what: String) -> GatewayError {
         GatewayError(.rateLimitKeyMissing, message: "the request has no \(what)")
+    }
+    /// 429 for a spent quota allocation. `retryAfter`: until the window ends (whole seconds, at
+    /// least 1); `nil` when waiting cannot help (an allocation of 0).
+    public static func quotaExhausted(_ message: String, retryAfter: Duration?, headerFields: HTTPFields = [:]) -> GatewayError {
+        var fields = headerFields
+        if let retryAfter { fields[.retryAfter] = String(max(1, wholeSecondsRoundedUp(retryAfter))) }
+        return GatewayError(.quotaExhausted, message: message, headerFields: fields)
     }
     public static func internalError(_ message: String = "internal error") -> GatewayError {
         GatewayError(.internalError, message: message)

@@ -211,7 +211,7 @@ struct ConfigDiagnosticTests {
               f: { type: auth, credential: idp, client_header: keep }
             \(minimalRoute)
             """) == [
-            #"portico.yaml:4 middleware.a.type: unknown middleware type "acces_log" (did you mean "access_log"?); supported: access_log, auth, cache, compress, headers, rate_limit, retry"#,
+            #"portico.yaml:4 middleware.a.type: unknown middleware type "acces_log" (did you mean "access_log"?); supported: access_log, auth, cache, compress, headers, quota, rate_limit, retry"#,
             #"portico.yaml:5 middleware.b.max_object_bytes: must not be greater than max_bytes"#,
             #"portico.yaml:6 middleware.c.credential: unknown credential "ipd" (did you mean "idp"?)"#,
             #"portico.yaml:7 middleware.d: missing required key "credential""#,

@@ -188,6 +188,16 @@ struct ConfigSchemaDriftTests {
               cache: { type: cache }
               gzip: { type: compress }
               limit: { type: rate_limit, rate: 10/s, store: fleet }
+              quota:
+                type: quota
+                key: header:X-Team
+                limit: 1000
+                per: month
+                timezone: Europe/Paris
+                allocations: { team-a: 60%, default: 10% }
+                store: fleet
+                on_store_error: local
+                headers: true
               retry: { type: retry, backoff: { base: 10ms, cap: 1s } }
               stamp:
                 type: headers

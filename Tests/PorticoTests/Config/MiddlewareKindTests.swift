@@ -112,11 +112,11 @@ struct MiddlewareKindTests {
         #expect(Self.diagnostics(Self.yaml("{ type: stamp, value: v, start: 0 }")).first?
             .hasPrefix("portico.yaml:3 middleware.s.start: ") == true)
         #expect(Self.diagnostics(Self.yaml("{ type: stmp }")) == [
-            #"portico.yaml:3 middleware.s.type: unknown middleware type "stmp" (did you mean "stamp"?); supported: access_log, auth, cache, compress, headers, rate_limit, retry, stamp"#,
+            #"portico.yaml:3 middleware.s.type: unknown middleware type "stmp" (did you mean "stamp"?); supported: access_log, auth, cache, compress, headers, quota, rate_limit, retry, stamp"#,
         ])
         // Without the registry line the type does not exist.
         #expect(Self.diagnostics(Self.yaml("{ type: stamp, value: v }"), registry: .standard) == [
-            #"portico.yaml:3 middleware.s.type: unknown middleware type "stamp"; supported: access_log, auth, cache, compress, headers, rate_limit, retry"#,
+            #"portico.yaml:3 middleware.s.type: unknown middleware type "stamp"; supported: access_log, auth, cache, compress, headers, quota, rate_limit, retry"#,
         ])
     }
 

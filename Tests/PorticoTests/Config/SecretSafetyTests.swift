@@ -22,7 +22,7 @@ struct SecretSafetyTests {
         ("credentials: { c: { type: \"${S}\" } }",
          #"portico.yaml:1 credentials.c.type: expected one of static, basic, oauth2_client_credentials, oauth2_refresh_token, got value from ${S}"#),
         ("middleware: { m: { type: \"${S}\" } }",
-         #"portico.yaml:1 middleware.m.type: unknown middleware type value from ${S}; supported: access_log, auth, cache, compress, headers, rate_limit, retry"#),
+         #"portico.yaml:1 middleware.m.type: unknown middleware type value from ${S}; supported: access_log, auth, cache, compress, headers, quota, rate_limit, retry"#),
     ])
     func scalarErrors(yaml: String, expected: String) {
         let found = diagnostics(yaml + "\n" + minimalRoute, environment: ["S": Self.secret])

@@ -59,6 +59,6 @@ struct RateLimitConfigTests {
     @Test("unknown middleware types suggest the new ones")
     func typeSuggestion() {
         let found = diagnostics("middleware:\n  l:\n    type: rate_limt\n" + minimalRoute)
-        #expect(found == ["portico.yaml:3 middleware.l.type: unknown middleware type \"rate_limt\" (did you mean \"rate_limit\"?); supported: access_log, auth, cache, compress, headers, rate_limit, retry"])
+        #expect(found == ["portico.yaml:3 middleware.l.type: unknown middleware type \"rate_limt\" (did you mean \"rate_limit\"?); supported: access_log, auth, cache, compress, headers, quota, rate_limit, retry"])
     }
 }
