@@ -148,7 +148,7 @@ struct MarkdownReference {
                     "`\(key.name)`",
                     typeText(key.value),
                     key.required ? "yes" : "",
-                    ConfigSchema.stated(defaultIn: key.description).map { "`\($0)`" } ?? "",
+                    ConfigSchema.stated(defaultIn: key.description).map(Self.defaultCell) ?? "",
                     key.description,
                 ]
                 page += "| " + cells.map(Self.cell).joined(separator: " | ") + " |\n"
@@ -163,6 +163,11 @@ struct MarkdownReference {
         case .atLeastOne(let names): "At least one of \(names.map { "`\($0)`" }.joined(separator: ", "))."
         case .notTogether(let names): "Not \(names.map { "`\($0)`" }.joined(separator: " and ")) together."
         }
+    }
+
+    /// A value as code (`30s`, `round_robin`); words about one (`none`, `plain HTTP`) as prose.
+    static func defaultCell(_ value: String) -> String {
+        value.contains(" ") || ["none", "empty"].contains(value) ? value : "`\(value)`"
     }
 
     /// A table cell: pipes escaped, so a choice or a pattern cannot split the row.
