@@ -34,6 +34,17 @@ struct DocumentationTests {
         })
     }
 
+    // MARK: The front page
+
+    @Test("the README stays a front page: at most 200 lines, the two quick-start commands, links into docs/")
+    func readmeIsAFrontPage() throws {
+        let readme = try Self.read("README.md")
+        let lines = readme.components(separatedBy: "\n")
+        #expect(lines.count <= 201, "README.md has \(lines.count) lines: move reference and guides to docs/")
+        #expect(lines.contains { $0.hasPrefix("bash scripts/demo ") } && lines.contains { $0.hasPrefix("bash scripts/test ") })
+        #expect(try Self.links(in: "README.md").filter { $0.target.hasPrefix("docs/") }.count >= 14)
+    }
+
     // MARK: The generated reference
 
     @Test("docs/configuration.md is what `portico schema --markdown` prints now")
