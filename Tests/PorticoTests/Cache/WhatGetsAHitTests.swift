@@ -4,8 +4,8 @@ import Portico
 import PorticoTesting
 import Testing
 
-/// The README's caching section opens with a "what gets a hit" table; its rows hold.
-@Suite("Cache: what gets a hit (README)")
+/// The caching page (docs/caching.md) opens with a "what gets a hit" table; its rows hold.
+@Suite("Cache: what gets a hit (docs/caching.md)")
 struct WhatGetsAHitTests {
     let clock = ManualClock()
 
@@ -25,12 +25,12 @@ struct WhatGetsAHitTests {
         }
     }
 
-    @Test("the caching section opens with the table, naming the plain upstream and heuristic_fraction")
+    @Test("the caching page opens with the table, naming the plain upstream and heuristic_fraction")
     func readme() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().deletingLastPathComponent()
-        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
-        let section = try #require(readme.components(separatedBy: "\n### Caching\n").dropFirst().first)
+        let page = try String(contentsOf: root.appendingPathComponent("docs/caching.md"), encoding: .utf8)
+        let section = try #require(page.components(separatedBy: "# Caching\n").dropFirst().first)
         let opening = section.split(separator: "\n", omittingEmptySubsequences: true).prefix(6).map(String.init)
         #expect(opening.first?.hasPrefix("What gets a hit") == true)
         let rows = opening.filter { $0.hasPrefix("| ") && !$0.hasPrefix("| the upstream") }
