@@ -122,16 +122,8 @@ struct ConfinementTests {
         """
     }
 
-    /// Locks every thread may take, by creation site (`fileID`), each a row of
-    /// docs/shared-state.md; the test fails on any other site several threads take.
-    ///
-    /// Until the Pace rebuild lands: the in-memory rate-limit bucket's shard mutex
-    /// (`InMemoryRateLimitStore`), which every thread takes per request when one key (here
-    /// `key: route`) is hot. The integrator rebuilding `RateLimit/` lock-free removes this entry
-    /// (and its row in docs/shared-state.md) when that lands.
-    static let sharedPerRequestUntilPaceRebuild: Set<String> = ["Portico/RateLimitStore.swift"]
 
-    @Test("the default chain with every middleware, 10 000 requests on 4 threads: long-lived locks are each one thread's (the hot rate-limit bucket allow-listed), per-request ones one pair's, and every lock or counter several threads take is documented in docs/shared-state.md")
+    @Test("the default chain with every middleware, 10 000 requests on 4 threads: long-lived locks are each one thread's (the hot rate-limit bucket is one atomic, found through each thread's own table), per-request ones one pair's, and every lock or counter several threads take is documented in docs/shared-state.md")
     func fullChainIsConfined() async throws {
         let upstream = TestUpstream()
         // A pass-through (no-store), a cache hit, a compressed pass-through, and an unsafe method.
@@ -160,16 +152,9 @@ struct ConfinementTests {
         #expect(upstream.hits("/cached") <= 16, "the cached path went upstream \(upstream.hits("/cached")) times")
         #expect(answers.served == 2_500, "responses with the headers middleware's field: \(answers.served) of each 2 500 per path")
 
-        let violations = Self.perRequestViolations(instances, requests: 10_000, allowed: Self.sharedPerRequestUntilPaceRebuild,
+        let violations = Self.perRequestViolations(instances, requests: 10_000, allowed: [],
                                                    pairs: true)
         #expect(violations.isEmpty, "\(violations.joined(separator: "\n"))")
-        // The allow-list entry is still needed: the bucket's lock is still taken per request by
-        // several threads. Once this fails (the Pace rebuild keeps a hot bucket in each thread's
-        // front), remove the entry, this check, and the row's "allow-listed" note in the docs.
-        #expect(instances.contains { instance in
-            Self.sharedPerRequestUntilPaceRebuild.contains(Self.fileID(instance.site)) && instance.threads.count > 1
-                && instance.acquisitions >= 10_000 / 8
-        }, "the rate-limit bucket's lock is no longer taken per request: remove sharedPerRequestUntilPaceRebuild")
 
         // Every site several threads took (a lock, or a `cap:` counter), each documented.
         let shared = Set(instances.filter { $0.threads.count > 1 }.map { Self.fileID($0.site) })
