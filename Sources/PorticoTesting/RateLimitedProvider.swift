@@ -25,7 +25,9 @@ public final class RateLimitedProvider: Sendable {
     public struct Counts: Sendable, Equatable {
         public var served = 0
         public var refused = 0
-        /// Requests that arrived while a `Retry-After` this provider sent was still running.
+        /// Requests that arrived while a `Retry-After` this provider sent was still running, more
+        /// than `holdGrace` after it was sent (earlier ones were on their way before the 429 could
+        /// have been read).
         public var duringHold = 0
     }
 
@@ -37,17 +39,21 @@ public final class RateLimitedProvider: Sendable {
     /// The header it counts by.
     public let keyHeader: String
     public let upstream: TestUpstream
+    /// See `Counts.duringHold`.
+    public let holdGrace: TimeInterval
 
     private struct State {
         var windows: [String: (start: Date, count: Int)] = [:]
-        var holds: [String: Date] = [:]
+        /// Per key: from when (a 429's time plus the grace) until when (its window's end) nothing should come.
+        var holds: [String: (from: Date, until: Date)] = [:]
         var counts = Counts()
     }
 
     private let state = Mutex(State())
 
     public init(limit: Int, window: Duration = .seconds(1), form: Form = .ietf, clockOffset: TimeInterval = 0,
-                keyHeader: String = "x-api-key") {
+                keyHeader: String = "x-api-key", holdGrace: TimeInterval = 0.25) {
+        self.holdGrace = holdGrace
         self.limit = limit
         self.window = window
         self.form = form
@@ -80,7 +86,7 @@ public final class RateLimitedProvider: Sendable {
             let start = Date(timeIntervalSince1970: (now.timeIntervalSince1970 / length).rounded(.down) * length)
             var current = state.windows[key] ?? (start, 0)
             if current.start != start { current = (start, 0) }
-            let heldOver = state.holds[key].map { now < $0 } ?? false
+            let heldOver = state.holds[key].map { now >= $0.from && now < $0.until } ?? false
             if heldOver { state.counts.duringHold += 1 }
             current.count += 1
             state.windows[key] = current
@@ -88,7 +94,9 @@ public final class RateLimitedProvider: Sendable {
             let allowed = current.count <= limit
             if allowed { state.counts.served += 1 } else {
                 state.counts.refused += 1
-                state.holds[key] = start.addingTimeInterval(length)
+                if state.holds[key].map({ now >= $0.until }) ?? true {
+                    state.holds[key] = (now.addingTimeInterval(holdGrace), start.addingTimeInterval(length))
+                }
             }
             return (allowed, max(0, limit - current.count), resetIn, heldOver)
         }

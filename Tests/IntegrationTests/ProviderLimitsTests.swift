@@ -110,3 +110,57 @@ struct ProviderLimitsTests {
         #expect(try await gateway.request("GET", "/api/item", headers: [("X-API-Key", "other")]).status == 200)
     }
 }
+
+/// `on_limit: wait` through the real gateway: the wait is a timer on the request's event loop.
+@Suite("Rate limit waiting, end to end")
+struct RateLimitWaitingEndToEndTests {
+    static func config(upstream: TestUpstream) throws -> PorticoConfig {
+        try ConfigLoader.load(yaml: """
+            listen: { address: 127.0.0.1, port: 0, request_timeout: 30s }
+            admin: { enabled: false }
+            logging: { level: error }
+            upstreams:
+              up: { url: "\(upstream.baseURL.absoluteString)", transport: nio }
+            middleware:
+              paced: { type: rate_limit, key: route, rate: 2/s, burst: 1, on_limit: wait, max_wait: 10s }
+            routes:
+              - { name: paced, match: { path_prefix: / }, upstream: up, middleware: [paced] }
+            """, environment: [:])
+    }
+
+    @Test("requests over the rate wait for their tokens and are all served, none refused")
+    func overTheRateAllServed() async throws {
+        let upstream = TestUpstream()
+        upstream.route("/item", .text("ok\n"))
+        try await upstream.start()
+        defer { Task { await upstream.shutdown() } }
+        let gateway = try TestGateway(try Self.config(upstream: upstream))
+        defer { Task { await gateway.stop() } }
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<5 { group.addTask { try await gateway.request("GET", "/item").status } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == [200, 200, 200, 200, 200])
+        #expect(upstream.hits("/item") == 5)
+    }
+
+    @Test("a client that leaves while waiting never reaches the upstream")
+    func leaverNeverForwarded() async throws {
+        let upstream = TestUpstream()
+        upstream.route("/item", .text("ok\n"))
+        try await upstream.start()
+        defer { Task { await upstream.shutdown() } }
+        let gateway = try TestGateway(try Self.config(upstream: upstream))
+        defer { Task { await gateway.stop() } }
+        #expect(try await gateway.request("GET", "/item").status == 200)          // the burst
+        // The leaver takes the next slot (500 ms on) and hangs up at once.
+        let leaver = try gateway.connect()
+        try await leaver.send("GET /item HTTP/1.1\r\nHost: t\r\n\r\n")
+        leaver.reset()
+        // The next request waits for a slot and is served; by then the leaver's slot has come
+        // (its token given back, or taken by this one), and it must not have been forwarded.
+        #expect(try await gateway.request("GET", "/item").status == 200)
+        #expect(try await gateway.request("GET", "/item").status == 200)
+        #expect(upstream.hits("/item") == 3)
+    }
+}
