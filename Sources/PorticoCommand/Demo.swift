@@ -17,6 +17,9 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "Export traces over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318).")
     var tracingEndpoint: String?
 
+    @Option(help: "A Python with the websockets package, for the printed WebSocket line (scripts/demo sets one up).")
+    var websocketPython: String?
+
     func run() async throws {
         let demo = try DemoSetup()
         let config = try Bootstrap.loadOrExit("embedded demo configuration: ") { () throws(ConfigError) in
@@ -28,7 +31,8 @@ struct Demo: AsyncParsableCommand {
         do {
             try await Serve.run(config: config, file: nil, logger: logger, registry: registry) { port in
                 FileHandle.standardOutput.write(Data(DemoSetup.banner(port: Int(port), adminPort: adminPort,
-                                                                       upstreamPort: demo.upstreamPort).utf8))
+                                                                       upstreamPort: demo.upstreamPort,
+                                                                       python: websocketPython).utf8))
             }
         } catch {
             await demo.stop()

@@ -190,7 +190,9 @@ public final class DemoSetup: Sendable {
     }
 
     /// The lines to try against a gateway on `port` and an admin listener on `adminPort`.
-    public static func lines(port: Int, adminPort: Int) -> [Line] {
+    /// `python`: an interpreter with Python's websockets for the WebSocket line (scripts/demo sets
+    /// one up in .build/demo-python); without it the line runs `python3` and says what it needs.
+    public static func lines(port: Int, adminPort: Int, python: String? = nil) -> [Line] {
         let base = "http://127.0.0.1:\(port)"
         let ok = #"HTTP/1\.1 200 OK\r\n[\s\S]*\r\n\r\n"#
         return [
@@ -236,8 +238,12 @@ public final class DemoSetup: Sendable {
             Line(note: "each endpoint: state, ejection until when and why, in flight, last failure",
                  command: "curl -s http://127.0.0.1:\(adminPort)/upstreams", expected: #"\{"upstreams":[\s\S]*\}\n"#,
                  usesAdmin: true),
-            Line(note: "a WebSocket echo through Portico (needs Python's websockets: pip install websockets)",
-                 command: #"python3 -c 'from websockets.sync.client import connect; ws = connect("ws://127.0.0.1:\#(port)/ws/echo"); ws.send("hello"); print(ws.recv()); ws.close()'"#,
+            // One statement, so that `with` (websockets 14+ deprecates a connection used without
+            // it) fits on one pasteable line.
+            Line(note: python == nil ? "a WebSocket echo through Portico (needs Python's websockets: pip install websockets)"
+                                     : "a WebSocket echo through Portico (Python's websockets, set up by scripts/demo)",
+                 command: Self.quoted(python ?? "python3")
+                     + #" -c 'with __import__("websockets.sync.client").sync.client.connect("ws://127.0.0.1:\#(port)/ws/echo") as ws: ws.send("hello"); print(ws.recv())'"#,
                  expected: "hello\n"),
             Line(note: "a JSON 404 with a request id", command: "curl -i \(base)/nowhere",
                  expected: #"HTTP/1\.1 404 Not Found\r\n[\s\S]*\r\n\r\n\{"error":"not_found",.*"request_id":".+"\}\n"#),
@@ -247,8 +253,14 @@ public final class DemoSetup: Sendable {
         ]
     }
 
-    /// What `portico demo` prints once it serves.
-    public static func banner(port: Int, adminPort: Int, upstreamPort: Int) -> String {
+    /// `path` as one shell word: as it is when it needs no quoting, else in single quotes.
+    static func quoted(_ path: String) -> String {
+        let plain = path.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "/._-+".unicodeScalars.contains($0) }
+        return plain ? path : "'" + path.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
+    }
+
+    /// What `portico demo` prints once it serves (`python`: as for `lines`).
+    public static func banner(port: Int, adminPort: Int, upstreamPort: Int, python: String? = nil) -> String {
         var text = """
 
         Portico demo: gateway on http://127.0.0.1:\(port), demo upstream on 127.0.0.1:\(upstreamPort), \
@@ -256,7 +268,7 @@ public final class DemoSetup: Sendable {
         Try these (paste them as they are, as often as you like):
 
         """
-        for line in lines(port: port, adminPort: adminPort) {
+        for line in lines(port: port, adminPort: adminPort, python: python) {
             if let note = line.note { text += "  # \(note)\n" }
             text += "  \(line.command)\n"
         }

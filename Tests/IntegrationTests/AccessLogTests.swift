@@ -207,7 +207,36 @@ struct AccessLogOwnAnswerTests {
         #expect(capture.records.map { $0["route"]?.description } == ["ping"])
     }
 
-    @Test("a route's max_in_flight refusal is logged by that route's access_log, with the route")
+    @Test("a refusal answered before any upstream is asked names no upstream: rate_limit's 429 on a proxied route")
+    func refusalNamesNoUpstream() async throws {
+        let upstream = TestUpstream()
+        try await upstream.start()
+        let config = try ConfigLoader.load(yaml: """
+            upstreams:
+              up: { url: "http://127.0.0.1:\(upstream.port)", transport: nio }
+            middleware:
+              log: { type: access_log }
+              limit: { type: rate_limit, key: route, rate: 1/h, burst: 1 }
+            routes:
+              - { name: api, match: { path_prefix: /api }, upstream: up, middleware: [log, limit] }
+            """, environment: [:])
+        let capture = LogCapture(message: "request")
+        let gateway = try TestGateway(config, logger: capture.logger)
+        #expect(try await gateway.request("GET", "/api/a", headers: [("X-Request-ID", "lim-1")]).status == 200)
+        #expect(try await gateway.request("GET", "/api/b", headers: [("X-Request-ID", "lim-2")]).status == 429)
+        await gateway.stop()
+        await upstream.shutdown()
+        let forwarded = try Self.line(capture, "lim-1")
+        #expect(forwarded["upstream"]?.description == "up")
+        let refused = try Self.line(capture, "lim-2")
+        #expect(refused["route"]?.description == "api")
+        #expect(refused["error"]?.description == "rate_limited")
+        #expect(refused["upstream"] == nil, "no upstream was asked: \(refused)")
+        #expect(refused["upstream_ms"] == nil)
+        #expect(upstream.totalHits == 1)
+    }
+
+    @Test("a route's max_in_flight refusal is logged by that route's access_log, with the route and no upstream")
     func routeOverload() async throws {
         let release = AsyncGate()
         let upstream = TestUpstream()
@@ -237,7 +266,7 @@ struct AccessLogOwnAnswerTests {
         await upstream.shutdown()
         let line = try Self.line(capture, "over-1")
         #expect(line["route"]?.description == "held")
-        #expect(line["upstream"]?.description == "up")
+        #expect(line["upstream"] == nil, "refused before the upstream was asked: \(line)")
         #expect(line["error"]?.description == "overloaded")
         #expect(line["bytes_out"]?.description == String(refused.body.count))
     }

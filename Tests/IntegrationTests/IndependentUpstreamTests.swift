@@ -24,7 +24,7 @@ struct IndependentUpstreamTests {
         let gateway = try Self.gateway(port: server.port, transport)
         let response = try await gateway.request("GET", "/blob.bin")
         #expect(response.status == 200)
-        #expect(response.body == blob)
+        if let difference = ByteDifference(response.body, expected: blob) { Issue.record("\(difference)") }
         let head = try await gateway.request("HEAD", "/blob.bin")
         #expect(head.status == 200)
         #expect(head.header("content-length") == String(blob.count))

@@ -116,10 +116,22 @@ struct WebSocketTests {
 
     @Test("an upstream that drops its connection: the client sees the close at once", arguments: Listener.allCases)
     func upstreamDies(listener: Listener) async throws {
-        let (upstream, gateway, url, options) = try await Self.start(listener)
+        let capture = LogCapture(message: "request")
+        let (upstream, gateway, url, options) = try await Self.start(listener, capture: capture)
         defer { upstream.stop() }
+        // ws_client.py fails unless the session closes within 5 s of the upstream's drop, as the
+        // drop came: 1006, no close frame (the upstream sent none; Portico must not make one up).
         let result = try await WebSocketLab.client(url, "upstream-dies", nil, options)
         #expect(result.status == 0, "\(result.output)")
+        // The upstream's drop ended it (not the idle timeout, not the client): the upstream left
+        // without a close code, and the session's line says who ended it.
+        #expect(await WebSocketLab.waitForEvent(of: upstream) { $0 == "closed /echo none" } != nil,
+                "\(WebSocketLab.events(of: upstream))")
+        try await Eventually.wait("the session's access-log line") { !capture.records.isEmpty }
+        #expect(capture.records.map { $0["ended"]?.description } == ["upstream_closed"], "\(capture.records)")
+        let took = try #require(result.output.firstMatch(of: /closed (\d+) ms after the upstream was told to drop/),
+                                "\(result.output)")
+        #expect(try #require(Int(took.output.1)) < 5000)
         await gateway.stop()
     }
 

@@ -61,7 +61,7 @@ struct AcceptingTests {
             let response = try #require(try await connection.readResponse())
             #expect(response.status == 200)
             #expect(response.header("Content-Length") == String(expected.count))
-            #expect(response.body == expected)
+            if let difference = ByteDifference(response.body, expected: expected) { Issue.record("\(difference)") }
         }
         #expect(await eventually { Owned.alive.withLock { $0 } == 0 })
         await server.stop(grace: .seconds(5))

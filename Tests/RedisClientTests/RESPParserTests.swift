@@ -126,14 +126,70 @@ struct RESPParserTests {
         }
     }
 
-    @Test("property: random bytes never crash the parser")
-    func noise() {
+    /// What parsing a byte string comes to: the values read, then either a refusal or how many
+    /// bytes are left waiting for the rest of a value.
+    struct Outcome: Equatable, CustomStringConvertible {
+        var values: [RESPValue] = []
+        var refused = false
+        var waiting = 0
+        var description: String { "\(values.count) values, " + (refused ? "refused" : "\(waiting) bytes waiting") }
+    }
+
+    /// Feeds `bytes` to the parser in the pieces `cuts` gives, as reads from a socket would arrive.
+    func outcome(_ bytes: [UInt8], pieces: [Int]) -> Outcome {
+        var result = Outcome()
+        var buffer = ByteBuffer()
+        var offset = 0
+        for size in pieces {
+            buffer.writeBytes(bytes[offset..<offset + size])
+            offset += size
+            do {
+                while buffer.readableBytes > 0 {
+                    let before = buffer.readableBytes
+                    guard let value = try parser.parse(&buffer) else {
+                        // Waiting for more consumes nothing: the next read completes the same value.
+                        #expect(buffer.readableBytes == before, "a parse that returned nil consumed bytes")
+                        break
+                    }
+                    result.values.append(value)
+                }
+            } catch {
+                result.refused = true
+                return result
+            }
+        }
+        result.waiting = buffer.readableBytes
+        return result
+    }
+
+    @Test("property: random bytes are read, refused or waited on the same whole or in pieces; never a crash; what is read round-trips")
+    func noise() throws {
         var random = Seeded(state: 7)
         let pieces = ["*", "$", "%", "|", "~", ">", ":", "+", "-", "!", "=", "_", "#", ",", "(", "\r\n", "\r", "\n",
                       "-1", "0", "1", "3", "99999999999", "t", "f", "inf", "txt:", "a"]
+        var read = 0, refused = 0, waiting = 0
         for _ in 0..<20_000 {
             let text = (0..<Int.random(in: 1...12, using: &random)).map { _ in pieces.randomElement(using: &random)! }.joined()
-            _ = try? parser.parseAll(Array(text.utf8))
+            let bytes = Array(text.utf8)
+            let whole = outcome(bytes, pieces: [bytes.count])
+            var cuts: [Int] = []
+            var left = bytes.count
+            while left > 0 {
+                let size = Int.random(in: 1...left, using: &random)
+                cuts.append(size)
+                left -= size
+            }
+            let split = outcome(bytes, pieces: cuts)
+            #expect(split == whole, "\(text.debugDescription) in pieces \(cuts): \(split), whole: \(whole)")
+            // A value read from noise is a well-formed value: written out again, it reads back the same.
+            for value in whole.values {
+                let again = try parser.parseAll(RESPEncoder.bytes(value))
+                #expect(again.values == [value] && !again.incomplete, "\(text.debugDescription): \(value)")
+            }
+            read += whole.values.count
+            if whole.refused { refused += 1 } else if whole.waiting > 0 { waiting += 1 }
         }
+        // The noise reaches all three outcomes, or the property says little.
+        #expect(read > 100 && refused > 100 && waiting > 100, "read \(read), refused \(refused), waiting \(waiting)")
     }
 }

@@ -304,8 +304,7 @@ public final class Gateway: Sendable {
             current(thread: serverRequest.thread).unroutedAccessLog
         }
         accessLog?.logAnswered(serverRequest, requestID: refusal.requestID, route: refusal.route?.name,
-                               upstream: refusal.route?.upstream, response: response, error: refusal.error.kind.name,
-                               duration: start.duration(to: .now))
+                               response: response, error: refusal.error.kind.name, duration: start.duration(to: .now))
         return finished(finish(response, requestID: refusal.requestID, isHead: refusal.isHead, close: refusal.close),
                         route: refusal.route?.name, method: serverRequest.method, since: start)
     }

@@ -124,24 +124,27 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
     /// `bytesIn`: what was read of a streamed upload; `nil` for the request body's own length.
     private func log(_ request: GatewayRequest, context: RequestContext, status: Int, bytesIn: Int?, bytesOut: Int,
                      error: String?, timing: Timing) {
+        let stats = context.stats.snapshot
+        // `upstream` names the upstream that was asked: a refusal (`rate_limit`'s 429, a missing
+        // credential) or a cache hit answered before any attempt names none.
         write(LineRequest(method: request.method.rawValue, target: request.target, client: request.clientAddress,
                           bytesIn: bytesIn ?? request.body.count ?? 0, headerValues: { request.headerFields[values: $0] }),
-              requestID: context.requestID, route: context.route, upstream: context.upstream, stats: context.stats.snapshot,
-              status: status, bytesOut: bytesOut, error: error, timing: timing)
+              requestID: context.requestID, route: context.route, upstream: stats.attempts > 0 ? context.upstream : nil,
+              stats: stats, status: status, bytesOut: bytesOut, error: error, timing: timing)
     }
 
     /// The line for a request the gateway answered before any route's chain ran: refused as its
     /// head was read (`431`, `413`, framing `400`), malformed (`400`), no route (`404`, `route`
     /// empty), method not allowed (`405`), overloaded (`503`). `serverRequest` is what the
-    /// client sent, as received.
-    public func logAnswered(_ serverRequest: ServerRequest, requestID: String, route: String?, upstream: String?,
+    /// client sent, as received. No upstream was asked, so the line names none.
+    public func logAnswered(_ serverRequest: ServerRequest, requestID: String, route: String?,
                             response: GatewayResponse, error: String?, duration: Duration) {
         let headerValues: (HTTPField.Name) -> [String] = { name in
             serverRequest.headers.filter { $0.name.equalsIgnoringASCIICase(name.rawName) }.map(\.value)
         }
         write(LineRequest(method: serverRequest.method, target: serverRequest.target, client: serverRequest.clientAddress,
                           bytesIn: serverRequest.body.count, headerValues: headerValues),
-              requestID: requestID, route: route ?? "", upstream: upstream, stats: nil, status: response.status.code,
+              requestID: requestID, route: route ?? "", upstream: nil, stats: nil, status: response.status.code,
               bytesOut: serverRequest.method == "HEAD" ? 0 : response.body.count ?? 0, error: error,
               timing: Timing(ttfb: duration, duration: duration, ended: .complete))
     }

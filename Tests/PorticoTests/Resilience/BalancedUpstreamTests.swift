@@ -437,15 +437,33 @@ struct HealthCheckTests {
             check.healthy = 2
             $0.healthCheck = check
         }
-        scripted.script(BalancedUpstreamTests.addresses[0], .status(500))
+        // 503: a status that, answered to a request, is a failure for outlier detection too.
+        scripted.script(BalancedUpstreamTests.addresses[0], .status(503))
         try await Eventually.wait("endpoint 0 unhealthy") {
             clock.advance(by: .seconds(1))
             return upstream.endpoints[0].currentHealth == .unhealthy
         }
+        try await Eventually.wait("more failed checks than consecutive_failures") {
+            clock.advance(by: .seconds(1))
+            return upstream.endpoints[0].healthChecksDone >= 4
+        }
         #expect(upstream.endpoints[1].currentHealth == .healthy)
         #expect(metrics.value("portico_upstream_endpoint_healthy", healthGauge) == 0)
-        // Checks ran, yet no request went through the balancer.
-        #expect(upstream.endpoints.allSatisfy { upstream.inFlight(upstream.endpoints.firstIndex(of: $0)!) == 0 })
+        // Checks ran on every endpoint (each one a call on its client), yet none counted as a
+        // request: no request or failure metric, no failure streak for outlier detection, no
+        // ejection, although endpoint 0 failed more checks than `consecutive_failures` (3).
+        for (index, endpoint) in upstream.endpoints.enumerated() {
+            let address = BalancedUpstreamTests.addresses[index]
+            let labels = [("upstream", "orders"), ("endpoint", address)]
+            #expect(scripted.calls(address) >= 1, "\(address) was never checked")
+            #expect(metrics.value("portico_upstream_endpoint_requests_total", labels) == 0, "\(address)")
+            for kind in EndpointFailure.allCases {
+                #expect(metrics.value("portico_upstream_endpoint_failures_total", labels + [("kind", kind.name)]) == 0,
+                        "\(address) \(kind.name)")
+            }
+            #expect(endpoint.consecutiveFailures.load(ordering: .relaxed) == 0, "\(address)")
+            #expect(!endpoint.isEjected(at: upstream.offset(clock.now)), "\(address)")
+        }
         scripted.resetCalls()
         await BalancedUpstreamTests.send(upstream, clock, count: 20)
         #expect(scripted.calls(BalancedUpstreamTests.addresses[0]) == 0)
