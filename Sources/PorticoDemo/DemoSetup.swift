@@ -114,6 +114,13 @@ public final class DemoSetup: Sendable {
         key: header:X-Demo-Run
         rate: 10/m
         burst: 10
+      paced:
+        type: rate_limit
+        key: header:X-Demo-Run
+        rate: 5/s
+        burst: 2
+        on_limit: wait
+        max_wait: 3s
       retry:
         type: retry
         attempts: 3
@@ -136,6 +143,10 @@ public final class DemoSetup: Sendable {
         match: { path: /limited }
         direct: { status: 200, body: "ok\\n", headers: { content-type: text/plain } }
         middleware: [log, limit]
+      - name: paced
+        match: { path: /paced }
+        direct: { status: 200, body: "ok\\n", headers: { content-type: text/plain } }
+        middleware: [log, paced]
       - name: orders
         match: { path_prefix: /orders }
         upstream: orders
@@ -225,6 +236,9 @@ public final class DemoSetup: Sendable {
             Line(note: "rate limit: 10 at once, then 429; each run keys its own bucket (X-Demo-Run)",
                  command: #"run=$(date +%s%N); for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' -H "X-Demo-Run: $run" \#(base)/limited; done; echo"#,
                  expected: "(200 ){10}(429 ){5}\n"),
+            Line(note: "on_limit: wait: 5/s, burst 2 — beyond the burst a request waits for its token (~0.2 s each) instead of a 429",
+                 command: #"run=$(date +%s%N); for i in $(seq 8); do curl -s -o /dev/null -w '%{http_code}/%{time_total}s ' -H "X-Demo-Run: $run" \#(base)/paced; done; echo"#,
+                 expected: #"(200/[0-9.]+s ){8}\n"#),
             Line(note: "failover: two demo upstreams behind orders-pair, in turn (X-Demo-Upstream says which served)",
                  command: "for i in 1 2 3 4; do curl -si \(base)/pair/orders | grep -i '^x-demo-upstream'; done",
                  expected: #"(?i)(x-demo-upstream: (primary|spare)\r\n){4}"#),
