@@ -40,3 +40,40 @@ struct RateLimitReloadTests {
         }
     }
 }
+
+@Suite("Pace across reloads")
+struct PaceReloadTests {
+    static func yaml(maxWait: String, providerWait: String) -> String {
+        """
+        upstreams:
+          vendor:
+            url: http://127.0.0.1:9
+            transport: nio
+            provider_limits: { scope: route, max_wait: \(providerWait) }
+        middleware:
+          paced: { type: rate_limit, key: route, rate: 1/s, burst: 1, on_limit: wait, max_wait: \(maxWait) }
+        routes:
+          - { name: api, match: { path_prefix: / }, upstream: vendor, middleware: [paced] }
+        """
+    }
+
+    @Test("unchanged settings keep the waiting queue and what was learned of the provider; changed ones start afresh")
+    func keepsQueueAndLearnedState() async throws {
+        let logger = RetryFixture.logger
+        let clock = ManualClock()
+        let first = try GatewayRuntime(config: try ConfigLoader.load(yaml: Self.yaml(maxWait: "2s", providerWait: "5s"), environment: [:]),
+                                       logger: logger, clock: clock)
+        let same = try GatewayRuntime(config: try ConfigLoader.load(yaml: Self.yaml(maxWait: "2s", providerWait: "5s"), environment: [:]),
+                                      logger: logger, clock: clock, previous: first)
+        let changed = try GatewayRuntime(config: try ConfigLoader.load(yaml: Self.yaml(maxWait: "3s", providerWait: "6s"), environment: [:]),
+                                         logger: logger, clock: clock, previous: same)
+        let queue = { (runtime: GatewayRuntime) in (runtime.middleware["paced"] as? RateLimitMiddleware)?.queue }
+        #expect(queue(first) != nil)
+        #expect(queue(same) === queue(first))
+        #expect(first.providerLimiters["vendor"] != nil)
+        #expect(same.providerLimiters["vendor"] === first.providerLimiters["vendor"])
+        #expect(changed.providerLimiters["vendor"] !== same.providerLimiters["vendor"])
+        #expect(queue(changed) !== queue(same))
+        for runtime in [first, same, changed] { await runtime.shutdown() }
+    }
+}
