@@ -222,6 +222,45 @@ struct SharedRateLimitTests {
         }
     }
 
+    @Test("on_limit: wait on Redis: two replicas' requests over the rate wait for slots the server hands out, and all are served")
+    func fleetWaiting() async throws {
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        let config = try ConfigLoader.load(yaml: """
+            listen: { address: 127.0.0.1, port: 0, threads: 2 }
+            admin: { enabled: false }
+            logging: { level: error }
+            stores:
+              fleet: { type: redis, url: "\(redis.url)", timeout: 2s, connect_timeout: 20s }
+            middleware:
+              paced: { type: rate_limit, key: route, rate: 5/s, burst: 1, on_limit: wait, max_wait: 10s, store: fleet }
+            routes:
+              - { name: paced, match: { path: /paced }, direct: { body: "ok\\n" }, middleware: [paced] }
+            """, environment: [:])
+        let one = try TestGateway(config), two = try TestGateway(config)
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<8 {
+                let gateway = index.isMultiple(of: 2) ? one : two
+                group.addTask { try await gateway.request("GET", "/paced").status }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 200, count: 8))
+        // The slots came from the server's GCRA key (`:w:`): it is there until the bucket is full
+        // again, and then it has expired (a loaded machine may ask after that).
+        let pool = try RedisConnectionPool(configuration: redis.configuration())
+        let replies = try await pool.pipeline([["PTTL", "portico:paced:w:paced"], ["INFO", "stats"]])
+        let ttl = replies.first?.int ?? -2
+        let expired = replies.last?.string?.split(whereSeparator: \.isNewline)
+            .first { $0.hasPrefix("expired_keys:") }.flatMap { Int($0.dropFirst("expired_keys:".count)) } ?? 0
+        #expect(ttl > 0 || expired > 0, "no GCRA key: the waits did not go through the store")
+        #expect(try await pool.pipeline([["EXISTS", "portico:paced:paced"]]).first?.int == 0,
+                "the token-bucket key of on_limit: reject was used")
+        await pool.shutdown()
+        await one.stop()
+        await two.stop()
+    }
+
     @Test("rediss:// with the CA in tls.ca_file: buckets are shared over TLS")
     func tls() async throws {
         let certificates = try await TestCertificates.shared()
