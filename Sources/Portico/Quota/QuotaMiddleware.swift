@@ -97,8 +97,8 @@ public struct QuotaMiddleware: Middleware {
         guard config.headers else { return }
         let policy = RateLimitHeaders.sfString(name) + ";q=\(decision.limit);w=\(max(1, wholeSecondsRoundedUp(window.length)))"
         let state = RateLimitHeaders.sfString(name) + ";r=\(decision.remaining);t=\(wholeSecondsRoundedUp(remaining))"
-        Self.append(policy, to: RateLimitHeaders.policyName, in: &fields)
-        Self.append(state, to: RateLimitHeaders.stateName, in: &fields)
+        RateLimitHeaders.append(policy, to: RateLimitHeaders.policyName, in: &fields)
+        RateLimitHeaders.append(state, to: RateLimitHeaders.stateName, in: &fields)
     }
 
     /// Each allocation with its count in `window` as this process last saw it: the store's last
@@ -107,16 +107,6 @@ public struct QuotaMiddleware: Middleware {
         let counts = (store as? LocalQuotaCounts) ?? (store as? RedisQuotaStore)?.local
         return allocations.all.map { allocation in
             (allocation, counts?.used(allocation, in: window) ?? 0)
-        }
-    }
-
-    /// Both headers are Structured Field lists: a limit further in (a `rate_limit`, another
-    /// quota) keeps its item and this one is added beside it.
-    static func append(_ item: String, to name: HTTPField.Name, in fields: inout HTTPFields) {
-        if let existing = fields[name], !existing.isEmpty {
-            fields[name] = existing + ", " + item
-        } else {
-            fields[name] = item
         }
     }
 }
