@@ -7,7 +7,9 @@ Starts the demo on free ports, opens http://127.0.0.1:ADMIN/ in headless Chromiu
   2. it lists the demo's routes,
   3. its numbers change after traffic is sent,
   4. a stopped identity provider shows as failing on the credentials panel,
-  5. a stopped demo upstream shows as ejected on the endpoints panel.
+  5. a stopped demo upstream shows as ejected on the endpoints panel,
+  6. the limits panel (from /limits) lists the demo's rate limit with who waits now, and says
+     there is no provider limit and no quota (the demo configures neither).
 Exits 0 when all hold; otherwise prints what did not and exits 1.
 
     scripts/dashboard-check.py [--portico .build/debug/portico] [--chromium /usr/bin/chromium]
@@ -85,6 +87,14 @@ def check(chromium, proxy, admin, upstream):
         wait_for("the stopped spare to show as ejected", lambda: ejected.count() == 1)
         assert "gateway_status" in ejected.inner_text(), ejected.inner_text()
         assert request(proxy + "/spare/demo/up", method="POST") == 200
+
+        # 6. The limits panel: the demo's rate limit, nobody waiting (it refuses, it does not wait).
+        limit = page.locator("#limit-rates tbody tr", has_text="limit")
+        wait_for("the demo's rate limit on the limits panel", lambda: limit.count() == 1)
+        cells = [limit.locator("td").nth(i).inner_text() for i in range(6)]
+        assert cells[0] == "limit" and cells[3] == "429" and cells[4] == "0" and cells[5] == "local", f"rate limit row: {cells}"
+        assert "no provider limits" in page.locator("#limit-providers").inner_text()
+        assert "no quota" in page.locator("#limit-quotas").inner_text()
 
         # 1. No console error at any point.
         browser.close()

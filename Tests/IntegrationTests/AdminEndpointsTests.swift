@@ -152,6 +152,13 @@ struct AdminEndpointsTests {
         #expect(html.hasPrefix("<!doctype html>") && html.contains("fetch(path"))
         // Nothing loaded from elsewhere: no external scripts, styles, fonts or images.
         for external in ["<script src", "@import", "url(", "src=\"http", "href=\"http"] { #expect(!html.contains(external), "\(external)") }
+        // The Limits panel reads /limits; with no limit configured it answers empty lists.
+        #expect(html.contains("get(\"/limits\")") && html.contains("<h2>Limits</h2>"))
+        for table in ["limit-rates", "limit-providers", "limit-quotas"] { #expect(html.contains("<table id=\"\(table)\""), "\(table)") }
+        let limits = try await gateway.json("/limits")
+        #expect((limits["rate_limits"] as? [Any])?.isEmpty == true && (limits["provider_limits"] as? [Any])?.isEmpty == true
+                && (limits["quotas"] as? [Any])?.isEmpty == true, "\(limits)")
+        #expect(try await gateway.get("/limits", method: "POST").status == 405)
         #expect(try await gateway.get("/", method: "POST").status == 405)
         await gateway.stop()
     }
@@ -160,7 +167,7 @@ struct AdminEndpointsTests {
     func token() async throws {
         let gateway = try Running(Self.yaml(admin: "admin: { address: 127.0.0.1, port: 0, token: \"${ADMIN_TOKEN}\" }",
                                             tokenURL: "http://127.0.0.1:9/token"))
-        for path in ["/routes", "/credentials", "/stats", "/explain?url=%2Fversion", "/metrics"] {
+        for path in ["/routes", "/credentials", "/stats", "/limits", "/explain?url=%2Fversion", "/metrics"] {
             let refused = try await gateway.get(path)
             #expect(refused.status == 401, "\(path)")
             #expect(refused.header("content-type") == "application/json")

@@ -6,7 +6,8 @@ import Testing
 /// be one the running binary exports at /metrics (a histogram's `_bucket`, `_sum` and `_count`
 /// belong to its family), with the labels the query groups and filters by. The gateway runs with
 /// a configuration and traffic that make every family appear: a cache hit and miss, a 429, a
-/// token fetch, a refused upstream with a retry, an open stream and an overload refusal, a reload.
+/// token fetch, a refused upstream with a retry, an open stream and an overload refusal, a reload,
+/// a request that waited for its token, a provider's published budget and its 429, a quota's count.
 @Suite("Grafana dashboard", .timeLimit(.minutes(5)))
 struct GrafanaDashboardTests {
     static let root = DashboardBrowserTests.root
@@ -131,7 +132,9 @@ struct GrafanaDashboardTests {
         #expect(!Self.queries(dashboard).isEmpty)
         for wanted in ["Request rate by route", "Errors by route", "p50 latency by route", "p99 latency by route",
                        "Upstream errors by kind", "Cache hit ratio", "Rate-limit refusals by route", "Token refreshes",
-                       "Credential expiry", "In flight", "Open streams", "Endpoint health"] {
+                       "Credential expiry", "In flight", "Open streams", "Endpoint health", "Pacing and quotas",
+                       "Requests waiting at rate limits", "Rate-limit wait, p50 and p99", "429s by reason",
+                       "Requests waiting for a provider's budget", "Provider budget remaining", "Provider 429s", "Quota used"] {
             #expect(titles.contains(wanted), "no panel \(wanted)")
         }
     }
@@ -188,6 +191,10 @@ struct GrafanaDashboardTests {
 
         let upstream = TestUpstream()
         upstream.route("/cached", TestUpstream.Response(status: 200, headers: [("Cache-Control", "max-age=300")], body: "cached\n"))
+        // A provider publishing what is left, then refusing: the provider_limits families.
+        upstream.route("/budget", TestUpstream.Response(status: 200, headers: [("RateLimit-Policy", "\"d\";q=10;w=60"),
+                                                                                ("RateLimit", "\"d\";r=9;t=30")], body: "ok\n"))
+        upstream.route("/throttled", TestUpstream.Response(status: 429, headers: [("Retry-After", "1")], body: "slow down\n"))
         let (pieces, feed) = AsyncStream.makeStream(of: [UInt8].self)
         upstream.route("/stream", .streamed(headers: [("Content-Type", "text/event-stream")], pieces))
         try await upstream.start()
@@ -201,6 +208,10 @@ struct GrafanaDashboardTests {
             upstreams:
               app: { url: "http://127.0.0.1:\(upstream.port)", transport: nio }
               gone: { url: "http://127.0.0.1:\(refused.port)", transport: nio }
+              vendor:
+                url: "http://127.0.0.1:\(upstream.port)"
+                transport: nio
+                provider_limits: { scope: upstream, when_exhausted: reject }
               # Two endpoints, the second refusing: failures by kind, an ejection (endpoint health row).
               pair:
                 endpoints: ["http://127.0.0.1:\(upstream.port)", "http://127.0.0.1:\(refused.port)"]
@@ -208,11 +219,16 @@ struct GrafanaDashboardTests {
                 outlier_detection: { consecutive_failures: 1 }
                 health_check: { path: /cached, interval: 1s, timeout: 1s }
                 circuit_breaker: { max_requests: 100 }
+            # A store that refuses connections: the quota counts on locally (and records its gauge).
+            stores:
+              away: { type: redis, url: "redis://127.0.0.1:\(refused.port)/0", timeout: 1s, connect_timeout: 1s }
             credentials:
               idp: { type: oauth2_client_credentials, token_url: "\(idp.url.absoluteString)", client_id: "\(oauth.clientID)", client_secret: "\(oauth.clientSecret)" }
             middleware:
               cache: { type: cache }
               limit: { type: rate_limit, key: route, rate: 1/m, burst: 1 }
+              pace: { type: rate_limit, key: route, rate: 20/s, burst: 1, on_limit: wait, max_wait: 5s }
+              daily: { type: quota, limit: 100, per: day, store: away }
               auth: { type: auth, credential: idp }
               retry: { type: retry, attempts: 2, backoff: { base: 1ms, cap: 2ms } }
             routes:
@@ -222,6 +238,10 @@ struct GrafanaDashboardTests {
               - { name: gone, match: { path: /gone }, upstream: gone, middleware: [retry] }
               - { name: stream, match: { path: /stream }, upstream: app, max_in_flight: 1 }
               - { name: pair, match: { path: /cached-pair }, upstream: pair }
+              - { name: paced, match: { path: /paced }, direct: { body: ok }, middleware: [pace] }
+              - { name: budget, match: { path: /budget }, upstream: vendor }
+              - { name: throttled, match: { path: /throttled }, upstream: vendor }
+              - { name: counted, match: { path: /counted }, direct: { body: ok }, middleware: [daily] }
             """
         let gateway = try await ProxyProcess.portico(yaml: yaml, name: "grafana")
         defer {
@@ -235,6 +255,11 @@ struct GrafanaDashboardTests {
         #expect(try await Self.get(gateway.port, "/limited")?.status == 200)
         #expect(try await Self.get(gateway.port, "/limited")?.status == 429)
         #expect(try await Self.get(gateway.port, "/secure")?.status == 200)
+        // The second waits for its token (a twentieth of a second): the wait histogram.
+        for _ in 0..<2 { #expect(try await Self.get(gateway.port, "/paced")?.status == 200) }
+        #expect(try await Self.get(gateway.port, "/budget")?.status == 200)
+        #expect(try await Self.get(gateway.port, "/throttled")?.status == 429)
+        #expect(try await Self.get(gateway.port, "/counted")?.status == 200)
         #expect(try await Self.get(gateway.port, "/gone")?.status == 502)
         // Round robin: one of the two reaches the refusing endpoint (a 502), which is then ejected.
         for _ in 0..<2 { _ = try await Self.get(gateway.port, "/cached-pair") }

@@ -194,6 +194,10 @@ struct QuotaTests {
             lines.first { $0.hasPrefix(name + "{") && $0.contains("middleware=\"teams\"") && $0.contains("allocation=\"\(allocation)\"") }
                 .flatMap { $0.split(separator: " ").last.flatMap { Double($0) } }
         }
+        // Among the gateway's 429s by reason too, beside the rate limiters' own.
+        let refusals = text.split(separator: "\n").filter { $0.hasPrefix("portico_ratelimit_rejected_total{") }
+        #expect(refusals.contains { $0.contains("route=\"teams\"") && $0.contains("reason=\"quota\"") && $0.hasSuffix(" 2") },
+                "\(refusals)")
         #expect(gauge("portico_quota_used", "team-a") == 5, "\(lines)")
         #expect(gauge("portico_quota_limit", "default") == 2, "\(lines)")
         #expect(gauge("portico_quota_limit", "team-b") == 3, "\(lines)")

@@ -12,7 +12,7 @@ struct AdminEndpoints: Sendable {
 
     static let paths: [String: String] = [
         "/": "GET, HEAD", "/metrics": "GET, HEAD", "/healthz": "GET, HEAD", "/readyz": "GET, HEAD",
-        "/credentials": "GET", "/routes": "GET", "/upstreams": "GET", "/explain": "GET", "/stats": "GET", "/-/reload": "POST",
+        "/credentials": "GET", "/routes": "GET", "/upstreams": "GET", "/limits": "GET", "/explain": "GET", "/stats": "GET", "/-/reload": "POST",
     ]
 
     func answer(_ request: ServerRequest) async -> ServerResponse {
@@ -46,6 +46,8 @@ struct AdminEndpoints: Sendable {
             return Self.json(200, RouteTable(gateway.gateway.current))
         case ("GET", "/upstreams"):
             return Self.json(200, UpstreamReport(gateway.gateway.current))
+        case ("GET", "/limits"):
+            return Self.json(200, LimitsReport(gateway.gateway.current, now: gateway.gateway.clock.wallNow))
         case ("GET", "/explain"):
             return explain(query)
         case ("GET", "/stats"):
@@ -60,7 +62,7 @@ struct AdminEndpoints: Sendable {
             }
         default:
             guard let allow = Self.paths[path] else {
-                return Self.text(404, "not found: try /, /metrics, /healthz, /readyz, /credentials, /routes, /upstreams, /explain, /stats or POST /-/reload\n")
+                return Self.text(404, "not found: try /, /metrics, /healthz, /readyz, /credentials, /routes, /upstreams, /limits, /explain, /stats or POST /-/reload\n")
             }
             var response = Self.text(405, "method not allowed\n")
             response.headers.append(("Allow", allow))

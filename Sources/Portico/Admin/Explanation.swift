@@ -107,10 +107,13 @@ public struct Explanation: Sendable, Encodable {
     /// The upstream's endpoints (`host:port`, as configured) one is picked from per attempt, and how.
     public var upstreamEndpoints: [String]?
     public var balance: String?
+    /// The upstream's `provider_limits`, in a sentence: what is spent before forwarding.
+    public var providerLimits: String?
     public var deadlines: Deadlines?
 
     enum CodingKeys: String, CodingKey {
         case asked, candidates, outcome, chain, endpoint, deadlines, balance
+        case providerLimits = "provider_limits"
         case upstreamURL = "upstream_url"
         case upstreamEndpoints = "upstream_endpoints"
     }
@@ -212,6 +215,7 @@ extension Explanation {
         upstreamURL = UpstreamTarget(baseURL: upstream.url).urlString(for: chosen.upstreamTarget(for: request.target))
         upstreamEndpoints = upstream.endpoints.map { UpstreamTarget(baseURL: $0).authority }
         balance = upstream.balance.rawValue
+        providerLimits = upstream.providerLimits.map(Self.describe)
         // One attempt is bounded by the upstream's timeout, a retry's per_try_timeout, and what is left of the total.
         var perTry = (upstream.timeout, "upstreams.\(upstream.name).timeout")
         for step in chain where step.type == "retry" {
@@ -222,6 +226,22 @@ extension Explanation {
         if total < perTry.0 { perTry = (total, totalFrom) }
         deadlines = Deadlines(totalSeconds: total.secondsValue, totalFrom: totalFrom,
                               perTrySeconds: perTry.0.secondsValue, perTryFrom: perTry.1)
+    }
+
+    /// What `provider_limits` does before each attempt goes to the upstream.
+    static func describe(_ limits: ProviderLimitsConfig) -> String {
+        let scope = switch limits.scope {
+        case .upstream: "one budget for the whole upstream"
+        case .route: "one budget per route"
+        case .header(let name): "one budget per value of header \(name)"
+        }
+        let exhausted = switch limits.whenExhausted {
+        case .wait: "waits for the provider's reset up to \(limits.maxWait.configText) (and its deadline), else 429 at once"
+        case .reject: "gets 429 at once"
+        }
+        let store = limits.store.map { ", shared through stores.\($0)" } ?? ""
+        return "spends the provider's learned budget before forwarding (scope \(limits.scope), \(scope)\(store)); "
+            + "when it is spent or the provider asked for a pause, the request \(exhausted) (when_exhausted: \(limits.whenExhausted.rawValue))"
     }
 
     /// Every route with its verdict, most specific first (host, exact path, longer prefix), the
@@ -297,6 +317,7 @@ extension Explanation {
                 if let upstreamEndpoints, upstreamEndpoints.count > 1 {
                     lines.append("  endpoints (\(balance ?? "round_robin")): \(upstreamEndpoints.joined(separator: ", "))")
                 }
+                if let providerLimits { lines.append("  provider limits: \(providerLimits)") }
             }
         }
         if let deadlines {

@@ -51,7 +51,7 @@ public struct QuotaMiddleware: Middleware {
         }
         let remaining = window.remaining(at: now)
         guard decision.allowed else {
-            throw refusal(decision, allocation: allocation, window: window, remaining: remaining)
+            throw refusal(decision, allocation: allocation, window: window, remaining: remaining, route: context.route)
         }
         do {
             var response = try await next(request, context)
@@ -74,8 +74,10 @@ public struct QuotaMiddleware: Middleware {
     }
 
     private func refusal(_ decision: QuotaDecision, allocation: QuotaAllocation, window: CalendarWindow,
-                         remaining: Duration) -> GatewayError {
+                         remaining: Duration, route: String?) -> GatewayError {
         Self.rejected.increment([("middleware", name), ("allocation", allocation.name)])
+        // Also among the gateway's 429s by reason, beside the rate limiters' own.
+        RateLimitMiddleware.rejected.increment([("route", route ?? ""), ("reason", RateLimitRefusal.quota.rawValue)])
         var fields = HTTPFields()
         addHeaders(to: &fields, decision, window: window, remaining: remaining)
         if decision.storeUnavailable {
@@ -95,17 +97,16 @@ public struct QuotaMiddleware: Middleware {
         guard config.headers else { return }
         let policy = RateLimitHeaders.sfString(name) + ";q=\(decision.limit);w=\(max(1, wholeSecondsRoundedUp(window.length)))"
         let state = RateLimitHeaders.sfString(name) + ";r=\(decision.remaining);t=\(wholeSecondsRoundedUp(remaining))"
-        Self.append(policy, to: RateLimitHeaders.policyName, in: &fields)
-        Self.append(state, to: RateLimitHeaders.stateName, in: &fields)
+        RateLimitHeaders.append(policy, to: RateLimitHeaders.policyName, in: &fields)
+        RateLimitHeaders.append(state, to: RateLimitHeaders.stateName, in: &fields)
     }
 
-    /// Both headers are Structured Field lists: a limit further in (a `rate_limit`, another
-    /// quota) keeps its item and this one is added beside it.
-    static func append(_ item: String, to name: HTTPField.Name, in fields: inout HTTPFields) {
-        if let existing = fields[name], !existing.isEmpty {
-            fields[name] = existing + ", " + item
-        } else {
-            fields[name] = item
+    /// Each allocation with its count in `window` as this process last saw it: the store's last
+    /// answer, or what it counted alone while the store was away (`GET /limits`).
+    public func lastSeen(in window: CalendarWindow) -> [(allocation: QuotaAllocation, used: Int)] {
+        let counts = (store as? LocalQuotaCounts) ?? (store as? RedisQuotaStore)?.local
+        return allocations.all.map { allocation in
+            (allocation, counts?.used(allocation, in: window) ?? 0)
         }
     }
 }

@@ -25,6 +25,16 @@ public enum RateLimitHeaders {
         "\(sfString(name));r=\(max(0, decision.remaining));t=\(wholeSecondsRoundedUp(decision.resetAfter))"
     }
 
+    /// Both headers are Structured Field lists: a limit further in (a `rate_limit`, a quota)
+    /// keeps its item and this one is added beside it.
+    static func append(_ item: String, to name: HTTPField.Name, in fields: inout HTTPFields) {
+        if let existing = fields[name], !existing.isEmpty {
+            fields[name] = existing + ", " + item
+        } else {
+            fields[name] = item
+        }
+    }
+
     /// An RFC 8941 sf-string: printable ASCII only, `"` and `\` escaped. Other characters
     /// (a policy name is a config key and may be anything) become `?`.
     public static func sfString(_ text: String) -> String {

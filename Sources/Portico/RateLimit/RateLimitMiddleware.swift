@@ -155,8 +155,9 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
 
     private func addHeaders(to fields: inout HTTPFields, _ decision: RateLimitDecision) {
         guard config.headers else { return }
-        fields[RateLimitHeaders.policyName] = policyValue
-        fields[RateLimitHeaders.stateName] = RateLimitHeaders.state(name: name, decision: decision)
+        // Appended: a quota or another limit further in keeps its item beside this one.
+        RateLimitHeaders.append(policyValue, to: RateLimitHeaders.policyName, in: &fields)
+        RateLimitHeaders.append(RateLimitHeaders.state(name: name, decision: decision), to: RateLimitHeaders.stateName, in: &fields)
     }
 
     /// The bucket key, or `nil` when a part is missing (no address, header absent or empty).

@@ -52,4 +52,6 @@ public enum RateLimitRefusal: String, Sendable, CaseIterable {
     case waitTooLong = "wait_too_long"
     /// `max_waiting` requests were already waiting.
     case queueFull = "queue_full"
+    /// A `quota` middleware's allocation is spent (counted by `QuotaMiddleware`).
+    case quota
 }

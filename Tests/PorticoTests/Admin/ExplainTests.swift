@@ -171,4 +171,42 @@ struct ExplainTests {
         }
         await runtime.shutdown()
     }
+
+    @Test("on_limit: wait says a request over the limit waits up to max_wait (max_waiting at once); provider_limits says the learned budget is spent first")
+    func pacing() async throws {
+        let runtime = try Self.runtime("""
+            upstreams:
+              vendor:
+                url: "http://127.0.0.1:9000"
+                transport: nio
+                provider_limits: { scope: "header:x-api-key", when_exhausted: wait, max_wait: 8s }
+              plain: { url: "http://127.0.0.1:9001" }
+            middleware:
+              pace: { type: rate_limit, key: route, rate: 5/s, burst: 5, on_limit: wait, max_wait: 3s, max_waiting: 40 }
+            routes:
+              - { name: vendor, match: { path_prefix: /v/ }, upstream: vendor, middleware: [pace] }
+              - { name: plain, match: { path_prefix: /p/ }, upstream: plain, middleware: [] }
+            """)
+        let vendor = try Explanation(method: "GET", url: "/v/items", runtime: runtime)
+        let pace = try #require(vendor.chain.first { $0.name == "pace" }?.description)
+        #expect(pace.settings.hasSuffix("on limit: wait up to 3s, max waiting 40"), "\(pace.settings)")
+        #expect(pace.action?.contains("over the limit a request waits for its token up to 3s") == true, "\(pace.action ?? "")")
+        #expect(pace.action?.contains("at most 40 waiting at once") == true)
+        #expect(pace.answersAtOnce == "429 rate_limited when the token is further away than 3s or 40 requests already wait")
+        let limits = try #require(vendor.providerLimits)
+        #expect(limits.hasPrefix("spends the provider's learned budget before forwarding (scope header:x-api-key"), "\(limits)")
+        #expect(limits.contains("waits for the provider's reset up to 8s"))
+        #expect(limits.contains("(when_exhausted: wait)"))
+        #expect(vendor.text.contains("  provider limits: spends the provider's learned budget before forwarding"))
+        #expect(String(decoding: vendor.json, as: UTF8.self).contains("\"provider_limits\":\"spends the provider"))
+        // An upstream without provider_limits says nothing of them; reject says 429 at once.
+        let plain = try Explanation(method: "GET", url: "/p/items", runtime: runtime)
+        #expect(plain.providerLimits == nil && !plain.text.contains("provider limits"))
+        var rejecting = ProviderLimitsConfig()
+        rejecting.whenExhausted = .reject
+        rejecting.scope = .route
+        #expect(Explanation.describe(rejecting).contains("scope route, one budget per route"))
+        #expect(Explanation.describe(rejecting).contains("the request gets 429 at once (when_exhausted: reject)"))
+        await runtime.shutdown()
+    }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import HTTPTypes
 import Portico
 import PorticoTesting
@@ -132,5 +133,24 @@ struct RateLimitMiddlewareTests {
         }
         #expect(error?.headerFields[.retryAfter] == "3")
         #expect(error?.headerFields[RateLimitHeaders.stateName] == "\"limit\";r=0;t=7")
+    }
+
+    @Test("a rate_limit outside a quota leaves both items: its own is appended, on a response and on the quota's 429")
+    func appendsBesideQuota() async throws {
+        let limiter = RateLimitMiddleware(name: "pace", config(burst: 5))
+        let wallNow = Date(timeIntervalSince1970: 1_750_000_000)   // 32000 s before the UTC day ends
+        let quotaClock = ManualClock(wallNow: wallNow)
+        let quota = QuotaMiddleware(name: "daily", QuotaConfig(limit: 1, per: .day, store: "fleet"))
+        let inner: NextHandler = { request, context in try await quota.handle(request, context: context, next: ok) }
+        let context = RetryFixture.context(clock: quotaClock)
+        let response = try await limiter.handle(RetryFixture.request(), context: context, next: inner)
+        #expect(response.headerFields[RateLimitHeaders.policyName] == "\"daily\";q=1;w=86400, \"pace\";q=5;w=3")
+        #expect(response.headerFields[RateLimitHeaders.stateName] == "\"daily\";r=0;t=32000, \"pace\";r=4;t=1")
+        let error = await #expect(throws: GatewayError.self) {
+            _ = try await limiter.handle(RetryFixture.request(), context: context, next: inner)
+        }
+        #expect(error?.code == "quota_exhausted")
+        #expect(error?.headerFields[RateLimitHeaders.policyName] == "\"daily\";q=1;w=86400, \"pace\";q=5;w=3")
+        #expect(error?.headerFields[RateLimitHeaders.stateName] == "\"daily\";r=0;t=32000, \"pace\";r=3;t=1")
     }
 }
