@@ -7,7 +7,8 @@
         X-Served-By) with and without Retry-After, the provider's 429s, latency of the 200s,
         429s among arrivals in the first --fits seconds, and 200s completed per second.
     pace-load.py hold --port N --count 10000 --path /limited
-        opens --count connections, sends a request on each and keeps them waiting; prints
+        opens --count connections, sends a request on each and keeps them waiting (--partial:
+        all of each request head but its last line, so no request reaches the chain); prints
         "sent N" once every request is written, then waits until killed.
 """
 import argparse
@@ -100,7 +101,9 @@ async def offer(a):
 
 async def hold(a):
     sockets = []
-    head = f"GET {a.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    head = f"GET {a.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+    if not a.partial:
+        head += b"\r\n"
     gate = asyncio.Semaphore(200)       # connect in waves: the listen backlog is finite
 
     async def open_one():
@@ -137,6 +140,7 @@ def main():
     h.add_argument("--port", type=int, required=True)
     h.add_argument("--count", type=int, required=True)
     h.add_argument("--path", default="/")
+    h.add_argument("--partial", action="store_true", help="leave each request head unfinished: connections only")
     a = parser.parse_args()
     asyncio.run(offer(a) if a.mode == "offer" else hold(a))
 
