@@ -164,7 +164,7 @@ public final class ProviderLimiter: Sendable {
 
     /// A reservation that will not be used: back to the queue, or to its window's budget when
     /// that window has come.
-    private func release(_ scope: String, slotAt instant: ContinuousClock.Instant) {
+    func release(_ scope: String, slotAt instant: ContinuousClock.Instant) {
         let now = clock.now
         update(scope) { budget in
             budget.roll(at: now)
@@ -177,7 +177,7 @@ public final class ProviderLimiter: Sendable {
     }
 
     /// A reservation's time has come: it goes, unless the provider asked for a pause meanwhile.
-    private func claim(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
+    func claim(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
         update(scope) { budget in
             budget.roll(at: now)
             if let hold = budget.hold {
@@ -278,10 +278,12 @@ public final class ProviderLimiter: Sendable {
             let reset = observation.reset.map { now.advanced(by: $0) }
             // A reset later than the one known (by more than the headers' one-second resolution)
             // is a new window: its count replaces the old. Within a window counts only go down
-            // (answers arrive out of order).
+            // (answers arrive out of order), and the reset is the earliest announced: each is
+            // an upper bound (whole seconds rounded up, plus the answer's time on the way), so
+            // moving it later would only hold waiters' slots back behind it.
             if let known = budget.reset, let reset, reset <= known.advanced(by: .seconds(1)), let current = budget.remaining {
                 budget.remaining = min(current, left)
-                budget.reset = max(known, reset)
+                budget.reset = min(known, reset)
             } else {
                 budget.remaining = left
                 budget.reset = reset ?? budget.reset

@@ -139,3 +139,88 @@ extension ProviderLimiter.Admission {
     var isGo: Bool { if case .go = self { true } else { false } }
     var slot: ContinuousClock.Instant? { if case .reserved(let instant) = self { instant } else { nil } }
 }
+
+/// The limiter against a simulated provider on the manual clock: 20 a second in fixed windows,
+/// its remaining count and `t` (whole seconds, rounded up) on every answer, offered 60 a second
+/// for 20 s — the goals for one replica.
+@Suite("Provider limits: a simulated overload")
+struct ProviderLimiterSimulationTests {
+    @Test("offered three times what the provider allows: it serves at least 90 % of what it allows and refuses at most 1 % of what is forwarded")
+    func overload() async throws {
+        let clock = ManualClock()
+        var config = ProviderLimitsConfig()
+        config.maxWait = .seconds(5)
+        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
+        let t0 = clock.now
+        let quota = 20
+        var windowIndex = -1, used = 0
+        var served = 0, refusedByProvider = 0, refusedHere = 0
+        // Waiters: when they wake, and whether they hold a reserved slot (else they ask again).
+        var waiters: [(at: ContinuousClock.Instant, reserved: Bool, arrived: ContinuousClock.Instant)] = []
+
+        // Answers reach the limiter `latency` steps after the provider counted the request.
+        var answers: [(due: Int, status: Int, fields: HTTPFields)] = []
+        var stepIndex = 0
+        let latency = 3
+        func forward() async {
+            let elapsed = t0.duration(to: clock.now)
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let window = Int(seconds.rounded(.down))
+            if window != windowIndex { windowIndex = window; used = 0 }
+            used += 1
+            let resetIn = Int((Double(window + 1) - seconds).rounded(.up))
+            var fields = HTTPFields()
+            fields.append(HTTPField(name: HTTPField.Name("RateLimit-Policy")!, value: "\"s\";q=\(quota);w=1"))
+            if used <= quota {
+                served += 1
+                fields.append(HTTPField(name: HTTPField.Name("RateLimit")!, value: "\"s\";r=\(quota - used);t=\(max(1, resetIn))"))
+                answers.append((stepIndex + latency, 200, fields))
+            } else {
+                refusedByProvider += 1
+                fields.append(HTTPField(name: HTTPField.Name("RateLimit")!, value: "\"s\";r=0;t=\(max(1, resetIn))"))
+                fields.append(HTTPField(name: .retryAfter, value: String(max(1, resetIn))))
+                answers.append((stepIndex + latency, 429, fields))
+            }
+        }
+
+        func handle(_ admission: ProviderLimiter.Admission, arrived: ContinuousClock.Instant) async {
+            let now = clock.now
+            let left = config.maxWait - arrived.duration(to: now)
+            switch admission {
+            case .go:
+                await forward()
+            case .waitUntil(let instant):
+                if now.duration(to: instant) > left { refusedHere += 1 } else { waiters.append((instant, false, arrived)) }
+            case .reserved(let instant):
+                if now.duration(to: instant) > left {
+                    limits.release("", slotAt: instant)
+                    refusedHere += 1
+                } else {
+                    waiters.append((instant, true, arrived))
+                }
+            }
+        }
+
+        let step = Duration.nanoseconds(16_666_667)   // 60 a second
+        for index in 0..<1_200 {
+            stepIndex = index
+            for answer in answers where answer.due <= index {
+                await limits.observe("", status: answer.status, fields: answer.fields)
+            }
+            answers.removeAll { $0.due <= index }
+            let now = clock.now
+            let due = waiters.filter { $0.at <= now }
+            waiters.removeAll { $0.at <= now }
+            for waiter in due.sorted(by: { $0.at < $1.at }) {
+                await handle(waiter.reserved ? limits.claim("", at: now) : limits.decide("", at: now), arrived: waiter.arrived)
+            }
+            await handle(limits.decide("", at: now), arrived: now)
+            clock.advance(by: step)
+        }
+        let allowed = 20 * quota
+        let forwarded = served + refusedByProvider
+        print("simulation: served \(served) of \(allowed), provider refused \(refusedByProvider), refused here \(refusedHere)")
+        #expect(Double(served) >= 0.9 * Double(allowed), "served \(served) of \(allowed); refused here \(refusedHere)")
+        #expect(Double(refusedByProvider) <= 0.01 * Double(forwarded), "the provider refused \(refusedByProvider) of \(forwarded)")
+    }
+}
