@@ -28,9 +28,7 @@ final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
 
         deinit {
             guard let unserved = take() else { return }
-            // On its loop too: a close waiting behind the suite's synchronous tests left the
-            // client's socket open for seconds after `shutdown`.
-            Task(executorPreference: executor) { try? await unserved.executeThenClose { _, _ in } }
+            Task { try? await unserved.executeThenClose { _, _ in } }
         }
     }
 
