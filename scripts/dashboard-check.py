@@ -23,7 +23,7 @@ from playwright.sync_api import sync_playwright
 import demo_process
 from demo_process import wait_for
 
-DEMO_ROUTES = ["ping", "limited", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "pair", "spare", "websocket"]
+DEMO_ROUTES = ["ping", "limited", "paced", "orders", "echo", "reports", "catalog", "flaky", "events", "fast", "pair", "spare", "websocket"]
 
 
 def request(url, method="GET"):

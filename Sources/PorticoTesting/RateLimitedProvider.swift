@@ -70,6 +70,15 @@ public final class RateLimitedProvider: Sendable {
         var provider: RateLimitedProvider?
     }
 
+    /// A `clockOffset` that puts the provider's clock half a second into a fresh window now, so a
+    /// test with long windows never meets a window's end by chance (the windows are aligned to
+    /// the provider's clock).
+    public static func offsetToFreshWindow(_ window: Duration) -> TimeInterval {
+        let length = Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18
+        let now = Date().timeIntervalSince1970
+        return 0.5 - now.truncatingRemainder(dividingBy: length)
+    }
+
     public func start() async throws { try await upstream.start() }
     public func shutdown() async { await upstream.shutdown() }
 

@@ -49,7 +49,7 @@ struct LimitsEndpointTests {
     func limitsReport() async throws {
         let redis = try await RedisServer.start()
         defer { redis.stop() }
-        let provider = RateLimitedProvider(limit: 50, window: .seconds(60))
+        let provider = RateLimitedProvider(limit: 50, window: .seconds(60), clockOffset: RateLimitedProvider.offsetToFreshWindow(.seconds(60)))
         try await provider.start()
         // 2025-06-15T15:06:40Z: 32000 s before the UTC day ends.
         let clock = ManualClock(wallNow: Date(timeIntervalSince1970: 1_750_000_000))

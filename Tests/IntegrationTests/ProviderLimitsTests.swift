@@ -93,7 +93,8 @@ struct ProviderLimitsTests {
 
     @Test("when_exhausted: reject refuses at once with 429 provider_exhausted and Retry-After; the provider sees nothing more")
     func rejectAtOnce() async throws {
-        let provider = RateLimitedProvider(limit: 2, window: .seconds(60), form: .ietf)
+        let provider = RateLimitedProvider(limit: 2, window: .seconds(60), form: .ietf,
+                                           clockOffset: RateLimitedProvider.offsetToFreshWindow(.seconds(60)))
         try await provider.start()
         defer { Task { await provider.shutdown() } }
         let gateway = try TestGateway(try Self.config(provider: provider, whenExhausted: "reject"))

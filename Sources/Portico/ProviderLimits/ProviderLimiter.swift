@@ -278,12 +278,12 @@ public final class ProviderLimiter: Sendable {
             let reset = observation.reset.map { now.advanced(by: $0) }
             // A reset later than the one known (by more than the headers' one-second resolution)
             // is a new window: its count replaces the old. Within a window counts only go down
-            // (answers arrive out of order), and the reset is the earliest announced: each is
-            // an upper bound (whole seconds rounded up, plus the answer's time on the way), so
-            // moving it later would only hold waiters' slots back behind it.
+            // (answers arrive out of order), and the reset is the latest announced (whole
+            // seconds rounded up: the later estimate is the safer one; the earliest, tried in
+            // session 17, let more through than the provider took under load).
             if let known = budget.reset, let reset, reset <= known.advanced(by: .seconds(1)), let current = budget.remaining {
                 budget.remaining = min(current, left)
-                budget.reset = min(known, reset)
+                budget.reset = max(known, reset)
             } else {
                 budget.remaining = left
                 budget.reset = reset ?? budget.reset

@@ -93,7 +93,7 @@ final class RedisProviderBudgets: Sendable {
             if reset then at = now + reset end
             if b.reset and at and at <= b.reset + 1000000 and b.remaining then
               b.remaining = math.min(b.remaining, left)
-              b.reset = math.min(b.reset, at)
+              b.reset = math.max(b.reset, at)
             else
               b.remaining = left
               if at then b.reset = at end
