@@ -13,9 +13,12 @@ final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
     /// listener closes (a client connecting while the test shuts its upstream down).
     final class Accepted: Sendable {
         private let connection: Mutex<Connection?>
+        /// Where the connection's task runs: its channel's event loop.
+        let executor: any TaskExecutor
 
         init(_ connection: Connection) {
             self.connection = Mutex(connection)
+            executor = TestExecutors.executor(for: connection.channel.eventLoop)
         }
 
         /// The connection, for the one task that serves it.
@@ -31,15 +34,17 @@ final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
 
     private let state = Mutex<(server: Server?, task: Task<Void, Never>?)>((nil, nil))
 
-    /// Starts serving `server`'s connections with `serve`; returns the bound port.
+    /// Starts serving `server`'s connections with `serve`; returns the bound port. The accept
+    /// loop runs on the listener's event loop and each connection's task on its channel's
+    /// (`TestExecutors`): not on the global executor, which the suite's synchronous tests keep busy.
     func run(_ server: Server, serve: @escaping @Sendable (Connection) async -> Void) -> Int {
-        let task = Task<Void, Never> {
+        let task = Task<Void, Never>(executorPreference: TestExecutors.executor(for: server.channel.eventLoop)) {
             _ = try? await server.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
                     // Ends when `shutdown` closes the listener, after every connection accepted
                     // until then has its task; then those tasks are cancelled.
                     for try await accepted in inbound {
-                        group.addTask {
+                        group.addTask(executorPreference: accepted.executor) {
                             if let connection = accepted.take() { await serve(connection) }
                         }
                     }
