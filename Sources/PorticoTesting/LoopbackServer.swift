@@ -28,7 +28,9 @@ final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
 
         deinit {
             guard let unserved = take() else { return }
-            Task { try? await unserved.executeThenClose { _, _ in } }
+            // On its loop too: a close waiting behind the suite's synchronous tests left the
+            // client's socket open for seconds after `shutdown`.
+            Task(executorPreference: executor) { try? await unserved.executeThenClose { _, _ in } }
         }
     }
 
