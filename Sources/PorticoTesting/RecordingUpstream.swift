@@ -55,7 +55,7 @@ public final class RecordingUpstream: Sendable {
     public var unframedBytes: [UInt8] { state.withLock { $0.unframed } }
 
     public func start() async throws {
-        let server: LoopbackServer<ByteBuffer, ByteBuffer>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let server: LoopbackServer<ByteBuffer, ByteBuffer>.Server = try await ServerBootstrap(group: TestExecutors.group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture { .init(try Connection(wrappingChannelSynchronously: channel)) }

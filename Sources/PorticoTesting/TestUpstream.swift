@@ -234,7 +234,7 @@ public final class TestUpstream: Sendable {
     /// Binds `port` (0: an ephemeral one), e.g. the port of an upstream stopped earlier, to restart it.
     public func start(port: Int = 0) async throws {
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
-        let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: TestExecutors.group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
