@@ -21,13 +21,8 @@ extension ConfigNode {
         case "upstream": return .upstream
         case "route": return .route
         default:
-            if value.text.hasPrefix("header:") {
-                let name = String(value.text.dropFirst("header:".count))
-                guard HTTPSyntax.isToken(name) else {
-                    error("invalid header name in \(value.shown)")
-                    return nil
-                }
-                return .header(name.lowercased())
+            if let header = headerKeyName(value.text, shown: value.shown) {
+                return header.isEmpty ? nil : .header(header)
             }
             let hint = value.shown.hasPrefix("value from") ? "" : NameSuggester.hint(for: value.text, in: ["upstream", "route", "header:"])
             error("unknown scope \(value.shown)\(hint); expected upstream, route or header:NAME")

@@ -55,17 +55,26 @@ extension ConfigNode {
         case "client_ip": return .clientIP
         case "route": return .route
         default:
-            if value.text.hasPrefix("header:") {
-                let name = String(value.text.dropFirst("header:".count))
-                guard HTTPSyntax.isToken(name) else {
-                    error("invalid header name in \(value.shown)")
-                    return nil
-                }
-                return .header(name.lowercased())
+            if let header = headerKeyName(value.text, shown: value.shown) {
+                return header.isEmpty ? nil : .header(header)
             }
             let hint = value.shown.hasPrefix("value from") ? "" : NameSuggester.hint(for: value.text, in: words)
             error("unknown rate limit key \(value.shown)\(hint); expected client_ip, route or header:NAME")
             return nil
         }
+    }
+}
+
+extension ConfigNode {
+    /// The lower-cased NAME of a `header:NAME` key (rate_limit's key, provider_limits' scope);
+    /// `nil` when the text is not of that form, `""` (after reporting it) when NAME is no token.
+    func headerKeyName(_ text: String, shown: String) -> String? {
+        guard text.hasPrefix("header:") else { return nil }
+        let name = String(text.dropFirst("header:".count))
+        guard HTTPSyntax.isToken(name) else {
+            error("invalid header name in \(shown)")
+            return ""
+        }
+        return name.lowercased()
     }
 }
