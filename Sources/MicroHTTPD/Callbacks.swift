@@ -84,6 +84,7 @@ let mhdRequestCompleted: MHD_RequestCompletedCallback = { cls, connection, _, te
     guard let context = connectionContext(connection) else { return }
     context.request = nil
     let core = shard(cls)
+    core.answerSent(context)
     if let handoff = context.upgradeHandoff, !handoff.delivered {
         // A 101 queued but never sent (the client left first): the handler lets its session go.
         context.upgradeHandoff = nil
@@ -241,8 +242,10 @@ private struct AccessCall {
         }
         if let response = pending.response {
             core.released(context)
-            return queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
-                         draining: core.lifecycle.isDraining, context: context, core: core)
+            let queued = queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
+                               draining: core.lifecycle.isDraining, context: context, core: core)
+            if queued == portico_yes { core.answerQueued(context) }
+            return queued
         }
         // Waiting for the answer; a wake that came first makes libmicrohttpd call again at once.
         context.suspension?.suspend()

@@ -14,6 +14,9 @@ final class ConnectionContext {
     var request: RequestInProgress?
     /// Set from the handover to the handler until the response is queued (or the request is abandoned).
     var pending: PendingResponse?
+    /// A handler's answer queued and not sent yet (its request not completed): `stop` waits
+    /// for these, as `MHD_stop_daemon` would drop them unsent.
+    var answerUnsent = false
     /// A streamed request body still arriving.
     var upload: Upload?
     /// A streamed response being sent.

@@ -63,6 +63,9 @@ final class DaemonShard: Sendable {
     /// Handler tasks started and not yet ended (a task answered for by the server may run on,
     /// cancelled, until it notices): `stop` waits for none before the executors may go away.
     private let runningTasks = Atomic<Int>(0)
+    /// Handlers' answers queued on this thread's connections and not yet sent (written by
+    /// this shard's daemon thread only; `stop` reads it).
+    private let unsentAnswers = Atomic<Int>(0)
     private let hangUpCount = Atomic<Int>(0)
     /// Connections refused past `connectionLimit`, and libmicrohttpd's messages about clients
     /// that left mid-exchange, since the watchdog last logged them.
@@ -87,6 +90,22 @@ final class DaemonShard: Sendable {
     var streamCount: Int { streams.withLock { $0.count } }
     var admitted: Int { admissions.load(ordering: .sequentiallyConsistent) }
     var tasksRunning: Int { runningTasks.load(ordering: .sequentiallyConsistent) }
+    var answersUnsent: Int { unsentAnswers.load(ordering: .sequentiallyConsistent) }
+
+    /// A handler's answer was queued on `context`'s connection (the daemon thread).
+    func answerQueued(_ context: ConnectionContext) {
+        guard !context.answerUnsent else { return }
+        context.answerUnsent = true
+        unsentAnswers.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    }
+
+    /// `context`'s request completed: its answer, if one was queued, is sent (or its connection failed).
+    func answerSent(_ context: ConnectionContext) {
+        guard context.answerUnsent else { return }
+        context.answerUnsent = false
+        unsentAnswers.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+        quiescence.poke()
+    }
     var hangUps: Int { hangUpCount.load(ordering: .relaxed) }
 
     // MARK: - The daemon thread

@@ -226,6 +226,9 @@ final class ServerCore: Sendable {
             return streams.isEmpty && upgraded.isEmpty && shards.allSatisfy { $0.admitted == 0 }
         }
         _ = await quiescence.wait(timeout: .seconds(5), until: answerAll)
+        // Queued is not sent: the answers go out on their threads' next turns, and
+        // MHD_stop_daemon would close their connections first (a 503 past the grace, lost under load).
+        _ = await quiescence.wait(timeout: .seconds(2)) { [self] in shards.allSatisfy { $0.answersUnsent == 0 } }
         // Tasks answered for by the server (or cancelled) may still be winding down: they end
         // before `stop` returns, so their executors can be shut down after it.
         _ = await quiescence.wait(timeout: .seconds(10)) { [self] in shards.allSatisfy { $0.tasksRunning == 0 } }

@@ -64,5 +64,9 @@ final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
         let (server, task) = state.withLock { $0 }
         try? await server?.channel.close()
         await task?.value
+        // The accept stream may still buffer connections accepted as the listener closed; they
+        // are closed when it is released (`Accepted.deinit`), so it must not outlive the
+        // shutdown (held here, it kept such a socket open for as long as the test ran).
+        state.withLock { $0.server = nil }
     }
 }
