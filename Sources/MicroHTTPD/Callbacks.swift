@@ -241,10 +241,12 @@ private struct AccessCall {
             pending.deadline = .now + limits.requestTimeout
         }
         if let response = pending.response {
+            // Counted unsent before it stops counting as admitted: `stop` reads them in that order.
+            core.answerQueued(context)
             core.released(context)
             let queued = queue(fitted(response, after: context.request, core: core), on: connection, isHead: pending.isHead,
                                draining: core.lifecycle.isDraining, context: context, core: core)
-            if queued == portico_yes { core.answerQueued(context) }
+            if queued != portico_yes { core.answerSent(context) }
             return queued
         }
         // Waiting for the answer; a wake that came first makes libmicrohttpd call again at once.

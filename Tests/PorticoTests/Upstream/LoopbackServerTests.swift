@@ -20,6 +20,9 @@ struct LoopbackServerTests {
             // connected is kept open, to see whether the server closes its end.
             let connector = Connector(port: port, attempts: 50)
             Thread { connector.run() }.start()
+            // The first connect lands before the shutdown begins (on a busy machine the thread
+            // might otherwise start after it, and the round would prove nothing); the rest race it.
+            try await Eventually.wait(timeout: .seconds(30), "a first connection") { !connector.connected.isEmpty || connector.finished }
             await upstream.shutdown()
             try await Eventually.wait(timeout: .seconds(30), "the connector thread") { connector.finished }
             let sockets = connector.connected
