@@ -64,8 +64,11 @@ public enum ProviderLimitHeaders {
     /// when the response has no `Date`.
     public static func observe(_ fields: HTTPFields, status: Int, now: Date) -> ProviderLimitObservation {
         var observation = ProviderLimitObservation()
-        // The provider's own "now", for the instants it names.
-        let providerNow = fields[.date].flatMap(HTTPDate.parse) ?? now
+        // The provider's own "now", for the instants it names: its `Date` (whole seconds), or
+        // this gateway's own clock when that reads the same second, as with clocks kept by NTP
+        // (then a reset on a second's boundary is known to the millisecond, not to the second).
+        let date = fields[.date].flatMap(HTTPDate.parse)
+        let providerNow: Date = if let date, !(0..<1).contains(now.timeIntervalSince(date)) { date } else { now }
 
         if let lines = values(fields, rateLimit) {
             if !readStructured(lines, into: &observation) && !readDictionary(lines, into: &observation) {
@@ -122,7 +125,7 @@ public enum ProviderLimitHeaders {
             return .milliseconds(max(0, value - Int64((providerNow.timeIntervalSince1970 * 1000).rounded())))
         }
         if value >= unixSecondsThreshold {
-            return .seconds(max(0, value - Int64(providerNow.timeIntervalSince1970.rounded(.down))))
+            return .milliseconds(max(0, Int64(((Double(value) - providerNow.timeIntervalSince1970) * 1000).rounded(.up))))
         }
         return .seconds(value)
     }

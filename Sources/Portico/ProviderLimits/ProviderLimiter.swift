@@ -33,8 +33,18 @@ public final class ProviderLimiter: Sendable {
         var hold: ContinuousClock.Instant?
         var inFlight = 0
         var waiting = 0
-        /// Requests holding a slot in a window still to come, first come first served.
-        var reserved = 0
+        /// The provider's windows are numbered as they pass: a reservation names the window
+        /// it holds a slot in, not an instant, so a reset estimate that moves (every answer
+        /// refines it) moves the reservations with it instead of sending them early.
+        var windowNumber = 0
+        /// Reservations by the window they hold a slot in (windows still to come), at most
+        /// `limit` in each; a slot given up is free for the next arrival. Bounded: a reservation
+        /// further than `max_wait` ahead is given up at once.
+        var booked: [Int: Int] = [:]
+        /// Reservations in the current window not yet claimed: this window's budget is theirs
+        /// first, so neither a new arrival nor a provider's count taken before they went
+        /// spends it.
+        var due = 0
         var lastUsed: ContinuousClock.Instant
 
         /// The provider's window ended: its quota (when known) is the budget again, first for
@@ -42,15 +52,14 @@ public final class ProviderLimiter: Sendable {
         mutating func roll(at now: ContinuousClock.Instant) {
             if let hold, now >= hold { self.hold = nil }
             while let reset, now >= reset {
-                guard let limit else {
+                guard limit != nil else {
                     remaining = nil
-                    reserved = 0
+                    booked = [:]
+                    due = 0
                     self.reset = nil
                     return
                 }
-                let moved = min(reserved, limit)
-                reserved -= moved
-                remaining = max(0, limit - moved)
+                nextWindow()
                 if let window, window > .zero {
                     self.reset = reset.advanced(by: window)
                 } else {
@@ -59,15 +68,40 @@ public final class ProviderLimiter: Sendable {
             }
         }
 
-        var idle: Bool { inFlight == 0 && waiting == 0 && reserved == 0 }
+        /// A new window of the provider's: its reservations become due (any of the last window's
+        /// still unclaimed are late, and no longer hold its budget).
+        mutating func nextWindow() {
+            guard let limit else { return }
+            windowNumber += 1
+            due = booked.removeValue(forKey: windowNumber) ?? 0
+            remaining = max(0, limit - due)
+        }
+
+        /// A slot in the first window to come that has one.
+        mutating func book(limit: Int) -> Int {
+            var number = windowNumber + 1
+            while booked[number, default: 0] >= limit { number += 1 }
+            booked[number, default: 0] += 1
+            return number
+        }
+
+        /// When reserved window `number` is expected to begin.
+        func start(ofWindow number: Int) -> ContinuousClock.Instant? {
+            guard let reset else { return nil }
+            guard number > windowNumber + 1, let window else { return reset }
+            return reset.advanced(by: window * (number - windowNumber - 1))
+        }
+
+        var idle: Bool { inFlight == 0 && waiting == 0 && booked.isEmpty && due == 0 }
     }
 
-    enum Admission {
+    enum Admission: Equatable {
         case go
         /// Held (`Retry-After`) or spent with no quota known: ask again then.
         case waitUntil(ContinuousClock.Instant)
-        /// A slot in a window to come is this request's: it goes then.
-        case reserved(ContinuousClock.Instant)
+        /// A slot in the provider's window numbered `window` is this request's: it is expected
+        /// to begin at `at`; the request then claims it (and waits again if it has not begun).
+        case reserved(at: ContinuousClock.Instant, window: Int)
     }
 
     private final class Shard: Sendable {
@@ -128,19 +162,19 @@ public final class ProviderLimiter: Sendable {
                 guard needed <= left else { throw refusal(retryAfter: needed, context: context) }
                 try await wait(scope, until: instant)
                 admission = await decideShared(scope, at: clock.now)
-            case .reserved(let instant):
+            case .reserved(let instant, let window):
                 let needed = now.duration(to: instant)
                 guard needed <= left else {
-                    await releaseShared(scope, slotAt: instant)
+                    await releaseShared(scope, window: window)
                     throw refusal(retryAfter: needed, context: context)
                 }
                 do {
                     try await wait(scope, until: instant)
                 } catch {
-                    await releaseShared(scope, slotAt: instant)
+                    await releaseShared(scope, window: window)
                     throw error
                 }
-                admission = await claimShared(scope, at: clock.now)
+                admission = await claimShared(scope, window: window, at: clock.now)
             }
         }
     }
@@ -152,34 +186,41 @@ public final class ProviderLimiter: Sendable {
         return decide(scope, at: now)
     }
 
-    private func claimShared(_ scope: String, at now: ContinuousClock.Instant) async -> Admission {
-        if let fleet, let shared = try? await fleet.claim(scope, at: now) { return shared }
-        return claim(scope, at: now)
+    private func claimShared(_ scope: String, window: Int, at now: ContinuousClock.Instant) async -> Admission {
+        if let fleet, let shared = try? await fleet.claim(scope, window: window, at: now) { return shared }
+        return claim(scope, window: window, at: now)
     }
 
-    private func releaseShared(_ scope: String, slotAt instant: ContinuousClock.Instant) async {
-        if let fleet, (try? await fleet.release(scope, slotCame: instant <= clock.now)) != nil { return }
-        release(scope, slotAt: instant)
+    private func releaseShared(_ scope: String, window: Int) async {
+        if let fleet, (try? await fleet.release(scope, window: window)) != nil { return }
+        release(scope, window: window)
     }
 
-    /// A reservation that will not be used: back to the queue, or to its window's budget when
-    /// that window has come.
-    func release(_ scope: String, slotAt instant: ContinuousClock.Instant) {
+    /// A reservation that will not be used: out of the queue, or back to its window's budget
+    /// when that window has begun.
+    func release(_ scope: String, window: Int) {
         let now = clock.now
         update(scope) { budget in
             budget.roll(at: now)
-            if instant <= now || budget.reserved == 0 {
+            if window == budget.windowNumber, budget.due > 0 {
+                budget.due -= 1
                 budget.remaining = budget.remaining.map { $0 + 1 }
-            } else {
-                budget.reserved -= 1
+            } else if let count = budget.booked[window] {
+                budget.booked[window] = count > 1 ? count - 1 : nil
             }
         }
     }
 
-    /// A reservation's time has come: it goes, unless the provider asked for a pause meanwhile.
-    func claim(_ scope: String, at now: ContinuousClock.Instant) -> Admission {
+    /// A reservation's time has come: it goes when its window has begun, unless the provider
+    /// asked for a pause meanwhile; a window that has not begun yet (the reset came later than
+    /// first announced) is waited for again, the slot still this request's.
+    func claim(_ scope: String, window: Int, at now: ContinuousClock.Instant) -> Admission {
         update(scope) { budget in
             budget.roll(at: now)
+            if window > budget.windowNumber, let start = budget.start(ofWindow: window) {
+                return .reserved(at: max(start, now), window: window)
+            }
+            if window == budget.windowNumber, budget.due > 0 { budget.due -= 1 }
             if let hold = budget.hold {
                 budget.remaining = budget.remaining.map { $0 + 1 }
                 return .waitUntil(hold)
@@ -217,10 +258,9 @@ public final class ProviderLimiter: Sendable {
             if let hold = budget.hold { return .waitUntil(hold) }
             if let remaining = budget.remaining {
                 guard remaining > 0 else {
-                    if let limit = budget.limit, limit > 0, let reset = budget.reset, let window = budget.window, window > .zero {
-                        let slot = reset.advanced(by: window * (budget.reserved / limit))
-                        budget.reserved += 1
-                        return .reserved(slot)
+                    if let limit = budget.limit, limit > 0, budget.reset != nil, let window = budget.window, window > .zero {
+                        let number = budget.book(limit: limit)
+                        return .reserved(at: budget.start(ofWindow: number) ?? now, window: number)
                     }
                     return .waitUntil(budget.reset ?? now.advanced(by: config.defaultHold))
                 }
@@ -274,7 +314,9 @@ public final class ProviderLimiter: Sendable {
             budget.window = reset
         }
         if let remaining = observation.remaining {
-            let left = max(0, remaining - budget.inFlight)
+            // What this answer counted does not include requests still in flight, nor the due
+            // reservations about to go.
+            let left = max(0, remaining - budget.inFlight - budget.due)
             let reset = observation.reset.map { now.advanced(by: $0) }
             // A reset later than the one known (by more than the headers' one-second resolution)
             // is a new window: its count replaces the old. Within a window counts only go down
@@ -285,7 +327,11 @@ public final class ProviderLimiter: Sendable {
                 budget.remaining = min(current, left)
                 budget.reset = max(known, reset)
             } else {
-                budget.remaining = left
+                if let known = budget.reset, let reset, reset > known {
+                    // The provider's window ended before the estimate: the next reservations are due.
+                    budget.nextWindow()
+                }
+                budget.remaining = max(0, remaining - budget.inFlight - budget.due)
                 budget.reset = reset ?? budget.reset
             }
         }
@@ -330,6 +376,7 @@ public final class ProviderLimiter: Sendable {
         let idle = budgets.filter { $0.value.idle }.sorted { $0.value.lastUsed < $1.value.lastUsed }
         for (key, _) in idle.prefix(budgets.count - target) { budgets[key] = nil }
     }
+
 
     /// Every scope known now, for `GET /limits`. A header scope's value (an API key, say) is
     /// shown as a hash, never as itself.

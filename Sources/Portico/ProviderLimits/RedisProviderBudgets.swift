@@ -16,7 +16,10 @@ final class RedisProviderBudgets: Sendable {
     }
 
     /// `KEYS[1]` the scope's hash; `ARGV[1]` the operation; the rest as each op says. Returns
-    /// `{kind, micros}`: 0 go, 1 wait that long then ask again, 2 a slot that far ahead.
+    /// `{kind, micros, window}`: 0 go, 1 wait that long then ask again, 2 a slot in window
+    /// number `window`, expected to begin that far ahead. Fields: `wnum` the window's number,
+    /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
+    /// window not yet claimed (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
         local clock = redis.call('TIME')
@@ -24,19 +27,32 @@ final class RedisProviderBudgets: Sendable {
         local flat = redis.call('HGETALL', KEYS[1])
         local b = {}
         for i = 1, #flat, 2 do b[flat[i]] = tonumber(flat[i + 1]) end
+        local function nextWindow()
+          if not b.limit then return end
+          b.wnum = (b.wnum or 0) + 1
+          b.due = b['slot' .. b.wnum] or 0
+          b['slot' .. b.wnum] = nil
+          b.remaining = math.max(0, b.limit - b.due)
+        end
         local function roll()
           if b.hold and now >= b.hold then b.hold = nil end
           while b.reset and now >= b.reset do
+            -- A replica that died mid-request never says so: in-flight counts start again
+            -- with each window (what went before it was counted in the window it went in).
             b.inflight = 0
             if not b.limit then
-              b.remaining = nil; b.reserved = nil; b.reset = nil
+              for k, _ in pairs(b) do if string.sub(k, 1, 4) == 'slot' then b[k] = nil end end
+              b.remaining = nil; b.due = nil; b.reset = nil
               break
             end
-            local moved = math.min(b.reserved or 0, b.limit)
-            b.reserved = (b.reserved or 0) - moved
-            b.remaining = math.max(0, b.limit - moved)
+            nextWindow()
             if b.window and b.window > 0 then b.reset = b.reset + b.window else b.reset = nil end
           end
+        end
+        local function start(number)
+          if not b.reset then return nil end
+          if number <= (b.wnum or 0) + 1 or not b.window then return b.reset end
+          return b.reset + b.window * (number - (b.wnum or 0) - 1)
         end
         local function arg(i)
           local v = tonumber(ARGV[i])
@@ -44,36 +60,46 @@ final class RedisProviderBudgets: Sendable {
           return v
         end
         roll()
-        local result = {0, 0}
+        local result = {0, 0, 0}
         if op == 'decide' then
           if b.hold then
-            result = {1, b.hold - now}
+            result = {1, b.hold - now, 0}
           elseif b.remaining then
             if b.remaining > 0 then
               b.remaining = b.remaining - 1
               b.inflight = (b.inflight or 0) + 1
             elseif b.limit and b.limit > 0 and b.reset and b.window and b.window > 0 then
-              local slot = b.reset + b.window * math.floor((b.reserved or 0) / b.limit)
-              b.reserved = (b.reserved or 0) + 1
-              result = {2, slot - now}
+              local number = (b.wnum or 0) + 1
+              while (b['slot' .. number] or 0) >= b.limit do number = number + 1 end
+              b['slot' .. number] = (b['slot' .. number] or 0) + 1
+              result = {2, start(number) - now, number}
             else
-              result = {1, (b.reset or (now + tonumber(ARGV[2]))) - now}
+              result = {1, (b.reset or (now + tonumber(ARGV[2]))) - now, 0}
             end
           else
             b.inflight = (b.inflight or 0) + 1
           end
         elseif op == 'claim' then
-          if b.hold then
-            if b.remaining then b.remaining = b.remaining + 1 end
-            result = {1, b.hold - now}
+          local number = tonumber(ARGV[2])
+          if number > (b.wnum or 0) and start(number) then
+            result = {2, math.max(0, start(number) - now), number}
           else
-            b.inflight = (b.inflight or 0) + 1
+            if number == (b.wnum or 0) and (b.due or 0) > 0 then b.due = b.due - 1 end
+            if b.hold then
+              if b.remaining then b.remaining = b.remaining + 1 end
+              result = {1, b.hold - now, 0}
+            else
+              b.inflight = (b.inflight or 0) + 1
+            end
           end
         elseif op == 'release' then
-          if ARGV[2] == '1' or (b.reserved or 0) == 0 then
+          local number = tonumber(ARGV[2])
+          local slot = 'slot' .. number
+          if number == (b.wnum or 0) and (b.due or 0) > 0 then
+            b.due = b.due - 1
             if b.remaining then b.remaining = b.remaining + 1 end
-          else
-            b.reserved = b.reserved - 1
+          elseif b[slot] then
+            if b[slot] > 1 then b[slot] = b[slot] - 1 else b[slot] = nil end
           end
         elseif op == 'abandon' then
           b.inflight = math.max(0, (b.inflight or 0) - 1)
@@ -88,14 +114,15 @@ final class RedisProviderBudgets: Sendable {
             b.window = reset
           end
           if remaining then
-            local left = math.max(0, remaining - (b.inflight or 0))
+            local left = math.max(0, remaining - (b.inflight or 0) - (b.due or 0))
             local at = nil
             if reset then at = now + reset end
             if b.reset and at and at <= b.reset + 1000000 and b.remaining then
               b.remaining = math.min(b.remaining, left)
               b.reset = math.max(b.reset, at)
             else
-              b.remaining = left
+              if b.reset and at and at > b.reset then nextWindow() end
+              b.remaining = math.max(0, remaining - (b.inflight or 0) - (b.due or 0))
               if at then b.reset = at end
             end
           end
@@ -137,12 +164,12 @@ final class RedisProviderBudgets: Sendable {
         try await admission(run(scope, ["decide", Self.micros(defaultHold)]), at: now)
     }
 
-    func claim(_ scope: String, at now: ContinuousClock.Instant) async throws(RedisError) -> ProviderLimiter.Admission {
-        try await admission(run(scope, ["claim"]), at: now)
+    func claim(_ scope: String, window: Int, at now: ContinuousClock.Instant) async throws(RedisError) -> ProviderLimiter.Admission {
+        try await admission(run(scope, ["claim", String(window)]), at: now)
     }
 
-    func release(_ scope: String, slotCame: Bool) async throws(RedisError) {
-        _ = try await run(scope, ["release", slotCame ? "1" : "0"])
+    func release(_ scope: String, window: Int) async throws(RedisError) {
+        _ = try await run(scope, ["release", String(window)])
     }
 
     func abandon(_ scope: String) async throws(RedisError) {
@@ -158,17 +185,18 @@ final class RedisProviderBudgets: Sendable {
 
     private func run(_ scope: String, _ arguments: [String]) async throws(RedisError) -> [Int64] {
         let reply = try await backend.evaluate(Self.script, key: key(scope), arguments: arguments)
-        guard let values = reply.array, values.count == 2, let kind = values[0].int, let micros = values[1].int else {
+        guard let values = reply.array, values.count == 3, let kind = values[0].int, let micros = values[1].int,
+              let window = values[2].int else {
             throw RedisError(.protocolViolation, "unexpected reply from the provider limit script")
         }
-        return [kind, micros]
+        return [kind, micros, window]
     }
 
     private func admission(_ reply: [Int64], at now: ContinuousClock.Instant) -> ProviderLimiter.Admission {
         let at = now.advanced(by: .microseconds(max(0, reply[1])))
         switch reply[0] {
         case 1: return .waitUntil(at)
-        case 2: return .reserved(at)
+        case 2: return .reserved(at: at, window: Int(reply[2]))
         default: return .go
         }
     }

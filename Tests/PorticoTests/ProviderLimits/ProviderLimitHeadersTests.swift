@@ -67,6 +67,23 @@ struct ProviderLimitHeadersTests {
         #expect(seen.reset == .seconds(10))
     }
 
+    @Test("a Unix reset from a provider whose Date reads this gateway's second is read against this gateway's clock, to the millisecond")
+    func unixResetWithSyncedClocks() {
+        // 700 ms into the provider's second; its window ends on the next second.
+        let ours = now.addingTimeInterval(0.7)
+        let seen = ProviderLimitHeaders.observe(fields([
+            ("Date", HTTPDate.format(now)), ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", String(Int(now.timeIntervalSince1970) + 1)),
+        ]), status: 200, now: ours)
+        #expect(seen.reset == .milliseconds(300))
+        // A Date a second or more away from our clock is the provider's now, whole seconds.
+        let skewed = ProviderLimitHeaders.observe(fields([
+            ("Date", HTTPDate.format(now.addingTimeInterval(-2))), ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", String(Int(now.timeIntervalSince1970) + 1)),
+        ]), status: 200, now: ours)
+        #expect(skewed.reset == .seconds(3))
+    }
+
     @Test("Retry-After on 429 and 503, as seconds or an HTTP-date (against Date); ignored on a 200")
     func retryAfter() {
         let seconds = ProviderLimitHeaders.observe(fields([("Retry-After", "3")]), status: 429, now: now)

@@ -93,14 +93,64 @@ struct ProviderLimiterTests {
         await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
         let start = clock.now
         let slots = (0..<5).map { _ in limits.decide("", at: start) }
-        let expected = [1, 1, 2, 2, 3].map { ProviderLimiter.Admission.reserved(start.advanced(by: .seconds($0))) }
-        #expect(slots.map(\.slot) == expected.map(\.slot))
+        let expected = [1, 1, 2, 2, 3].map { ProviderLimiter.Admission.reserved(at: start.advanced(by: .seconds($0)), window: $0) }
+        #expect(slots == expected)
         // Too far for max_wait: refused at once, and its slot is given back.
         let impatient = limiter { $0.maxWait = .milliseconds(500) }
         try await impatient.admit("", context: context)
         await impatient.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
         await #expect(throws: GatewayError.self) { try await impatient.admit("", context: context) }
         #expect(impatient.decide("", at: clock.now).slot == clock.now.advanced(by: .seconds(1)))
+    }
+
+    @Test("a reservation holds a window, not an instant: when answers move the reset later, a waiter that wakes early waits again and none goes before the provider's window")
+    func reservationsFollowTheReset() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        try await limits.admit("", context: context)
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        let start = clock.now
+        let first = limits.decide("", at: start), second = limits.decide("", at: start), third = limits.decide("", at: start)
+        #expect(first == .reserved(at: start.advanced(by: .seconds(1)), window: 1))
+        #expect(third == .reserved(at: start.advanced(by: .seconds(2)), window: 2))
+        // A late answer of the same window: its reset is 600 ms later than first thought.
+        clock.advance(by: .milliseconds(600))
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1")]))
+        // The first waiter wakes at the first estimate: its window has not begun; it waits again.
+        clock.advance(by: .milliseconds(400))
+        #expect(limits.claim("", window: 1, at: clock.now) == .reserved(at: start.advanced(by: .milliseconds(1600)), window: 1))
+        #expect(limits.decide("", at: clock.now).window == 2, "a newcomer takes window 2's second slot")
+        // The window begins: both of its reservations go, and nothing else does.
+        clock.advance(by: .milliseconds(600))
+        #expect(limits.claim("", window: 1, at: clock.now) == .go)
+        #expect(limits.claim("", window: 1, at: clock.now) == .go)
+        #expect(limits.claim("", window: 2, at: clock.now).window == 2, "window 2 has not begun")
+        #expect(limits.decide("", at: clock.now).window == 3)
+        #expect(second == first)
+    }
+
+    @Test("a window's due reservations are its first: an arrival, or a count the provider took before they went, cannot spend their slots")
+    func dueReservationsComeFirst() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        try await limits.admit("", context: context)
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        #expect(limits.decide("", at: clock.now).window == 1)
+        #expect(limits.decide("", at: clock.now).window == 1)
+        clock.advance(by: .seconds(1))
+        // Window 1 began; its two slots are the waiters', who have not claimed them yet.
+        #expect(limits.decide("", at: clock.now).window == 2)
+        // Answers in the new window (one says a later window already) count 2 remaining: the
+        // two due ones are not in those counts yet, so nothing is left for anyone else.
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=2;t=1")]))
+        #expect(limits.decide("", at: clock.now).window == 2)
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=2;t=3")]))
+        #expect(limits.decide("", at: clock.now).window == 3, "window 2 began early: its slots are due too")
+        #expect(limits.claim("", window: 1, at: clock.now) == .go)
+        #expect(limits.claim("", window: 1, at: clock.now) == .go)
+        #expect(limits.claim("", window: 2, at: clock.now) == .go)
+        // A reservation given up once its window began is that window's budget again.
+        limits.release("", window: 2)
+        #expect(limits.decide("", at: clock.now).isGo)
+        #expect(limits.decide("", at: clock.now).isGo == false)
     }
 
     @Test("scopes are separate: one API key's spent budget does not hold another's")
@@ -137,7 +187,8 @@ struct ProviderLimiterTests {
 
 extension ProviderLimiter.Admission {
     var isGo: Bool { if case .go = self { true } else { false } }
-    var slot: ContinuousClock.Instant? { if case .reserved(let instant) = self { instant } else { nil } }
+    var slot: ContinuousClock.Instant? { if case .reserved(let instant, _) = self { instant } else { nil } }
+    var window: Int? { if case .reserved(_, let window) = self { window } else { nil } }
 }
 
 /// The limiter against a simulated provider on the manual clock: 20 a second in fixed windows,
@@ -156,7 +207,7 @@ struct ProviderLimiterSimulationTests {
         var windowIndex = -1, used = 0
         var served = 0, refusedByProvider = 0, refusedHere = 0
         // Waiters: when they wake, and whether they hold a reserved slot (else they ask again).
-        var waiters: [(at: ContinuousClock.Instant, reserved: Bool, arrived: ContinuousClock.Instant)] = []
+        var waiters: [(at: ContinuousClock.Instant, window: Int?, arrived: ContinuousClock.Instant)] = []
 
         // Answers reach the limiter `latency` steps after the provider counted the request.
         var answers: [(due: Int, status: Int, fields: HTTPFields)] = []
@@ -190,13 +241,13 @@ struct ProviderLimiterSimulationTests {
             case .go:
                 await forward()
             case .waitUntil(let instant):
-                if now.duration(to: instant) > left { refusedHere += 1 } else { waiters.append((instant, false, arrived)) }
-            case .reserved(let instant):
+                if now.duration(to: instant) > left { refusedHere += 1 } else { waiters.append((instant, nil, arrived)) }
+            case .reserved(let instant, let window):
                 if now.duration(to: instant) > left {
-                    limits.release("", slotAt: instant)
+                    limits.release("", window: window)
                     refusedHere += 1
                 } else {
-                    waiters.append((instant, true, arrived))
+                    waiters.append((instant, window, arrived))
                 }
             }
         }
@@ -212,7 +263,8 @@ struct ProviderLimiterSimulationTests {
             let due = waiters.filter { $0.at <= now }
             waiters.removeAll { $0.at <= now }
             for waiter in due.sorted(by: { $0.at < $1.at }) {
-                await handle(waiter.reserved ? limits.claim("", at: now) : limits.decide("", at: now), arrived: waiter.arrived)
+                let admission = if let window = waiter.window { limits.claim("", window: window, at: now) } else { limits.decide("", at: now) }
+                await handle(admission, arrived: waiter.arrived)
             }
             await handle(limits.decide("", at: now), arrived: now)
             clock.advance(by: step)
