@@ -2,6 +2,11 @@ import Foundation
 import HTTPTypes
 import NIOCore
 
+// Over 450 lines on purpose: this is RFC 9111's request flow (lookup, freshness, validation,
+// stale serving, coalescing, invalidation), read top to bottom as one sequence; what stands
+// alone already lives beside it (CacheStore, CacheTee, ResponseFreshness, ConditionalRequest,
+// RequestCoalescer, CachePolicy, VaryKey).
+
 /// `type: cache` — a shared HTTP cache (RFC 9111) in memory. GET responses are stored when
 /// the upstream allows it and served to later GET and HEAD requests while fresh; stale ones
 /// are validated with a conditional request, served stale where `stale-while-revalidate`,

@@ -2,6 +2,10 @@ import LockAudit
 import NIOCore
 import Synchronization
 
+// Just over 450 lines: one pure state machine (its states, events and the actions it returns)
+// with the model test in ConnectionPoolStateMachineTests; its transitions split across files
+// would hide which state each one handles.
+
 /// What a `ConnectionPoolStateMachine` needs of a connection: an identity (to find it again at
 /// shutdown) and whether it is still open.
 protocol PoolableConnection {
