@@ -30,6 +30,14 @@ public final class ProviderLimiter: Sendable {
         /// reset it has announced (a window's first answer announces about all of it).
         var window: Duration?
         var windowSaid = false
+        /// `limit` is this gateway's guess, the provider never having said one (it sends only
+        /// `Retry-After`): what it served between two holds, raised a tenth at each window it
+        /// filled without a refusal, so a guess too low grows and one too high meets a 429.
+        var limitGuessed = false
+        /// Successful answers since the last hold (or since the start), for that guess.
+        var servedSinceHold = 0
+        /// The provider refused in the current window (then the guess is not raised at its end).
+        var refusedInWindow = false
         var hold: ContinuousClock.Instant?
         var inFlight = 0
         var waiting = 0
@@ -71,7 +79,12 @@ public final class ProviderLimiter: Sendable {
         /// A new window of the provider's: its reservations become due (any of the last window's
         /// still unclaimed are late, and no longer hold its budget).
         mutating func nextWindow() {
-            guard let limit else { return }
+            guard var limit else { return }
+            if limitGuessed, remaining == 0, !refusedInWindow {
+                limit += max(1, limit / 10)
+                self.limit = limit
+            }
+            refusedInWindow = false
             windowNumber += 1
             due = booked.removeValue(forKey: windowNumber) ?? 0
             remaining = max(0, limit - due)
@@ -306,7 +319,11 @@ public final class ProviderLimiter: Sendable {
 
     static func learn(_ observation: ProviderLimitObservation, status: Int, into budget: inout Budget,
                       at now: ContinuousClock.Instant, defaultHold: Duration) {
-        if let limit = observation.limit { budget.limit = limit }
+        if let limit = observation.limit {
+            budget.limit = limit
+            budget.limitGuessed = false
+        }
+        if (200..<300).contains(status), budget.hold == nil { budget.servedSinceHold += 1 }
         if let window = observation.window {
             budget.window = window
             budget.windowSaid = true
@@ -346,6 +363,16 @@ public final class ProviderLimiter: Sendable {
             let until = now.advanced(by: hold)
             budget.hold = max(budget.hold ?? until, until)
             if status == 429 {
+                if observation.remaining == nil, budget.limit == nil || budget.limitGuessed, budget.servedSinceHold > 0 {
+                    // A provider silent about its budget: guess it from what it served since
+                    // its last hold, and its window from the longest hold, so that after this
+                    // hold a window's worth goes and the rest take slots in the windows after.
+                    budget.limit = budget.servedSinceHold
+                    budget.limitGuessed = true
+                    if !budget.windowSaid { budget.window = max(budget.window ?? .zero, hold) }
+                }
+                budget.servedSinceHold = 0
+                budget.refusedInWindow = true
                 // Refused: nothing is left until the hold ends, whatever the headers counted.
                 budget.remaining = 0
                 budget.reset = max(budget.reset ?? until, until)

@@ -19,7 +19,8 @@ final class RedisProviderBudgets: Sendable {
     /// `{kind, micros, window}`: 0 go, 1 wait that long then ask again, 2 a slot in window
     /// number `window`, expected to begin that far ahead. Fields: `wnum` the window's number,
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
-    /// window not yet claimed (as `ProviderLimiter.Budget`).
+    /// window not yet claimed, `served` and `guessed` for a provider silent about its budget
+    /// (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
         local clock = redis.call('TIME')
@@ -29,6 +30,10 @@ final class RedisProviderBudgets: Sendable {
         for i = 1, #flat, 2 do b[flat[i]] = tonumber(flat[i + 1]) end
         local function nextWindow()
           if not b.limit then return end
+          if b.guessed and b.remaining == 0 and not b.refused then
+            b.limit = b.limit + math.max(1, math.floor(b.limit / 10))
+          end
+          b.refused = nil
           b.wnum = (b.wnum or 0) + 1
           b.due = b['slot' .. b.wnum] or 0
           b['slot' .. b.wnum] = nil
@@ -107,7 +112,8 @@ final class RedisProviderBudgets: Sendable {
           local status = tonumber(ARGV[2])
           local remaining, reset, limit, window, retry, hold = arg(3), arg(4), arg(5), arg(6), arg(7), tonumber(ARGV[8])
           b.inflight = math.max(0, (b.inflight or 0) - 1)
-          if limit then b.limit = limit end
+          if limit then b.limit = limit; b.guessed = nil end
+          if status >= 200 and status < 300 and not b.hold then b.served = (b.served or 0) + 1 end
           if window then
             b.window = window; b.said = 1
           elseif not b.said and reset and reset > (b.window or 0) then
@@ -132,6 +138,12 @@ final class RedisProviderBudgets: Sendable {
             local untilAt = now + pause
             b.hold = math.max(b.hold or untilAt, untilAt)
             if status == 429 then
+              if remaining == nil and (not b.limit or b.guessed) and (b.served or 0) > 0 then
+                b.limit = b.served; b.guessed = 1
+                if not b.said then b.window = math.max(b.window or 0, pause) end
+              end
+              b.served = nil
+              b.refused = 1
               b.remaining = 0
               b.reset = math.max(b.reset or untilAt, untilAt)
             end

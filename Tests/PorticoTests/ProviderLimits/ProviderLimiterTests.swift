@@ -153,6 +153,30 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now).isGo == false)
     }
 
+    @Test("a provider that sends only Retry-After: its budget is guessed from what it served between holds, so after a hold one window's worth goes and the rest take slots")
+    func retryAfterOnlyBudgetIsGuessed() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        // Nothing said: three go and are served; the fourth is refused with Retry-After: 1.
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        let holdEnd = clock.now.advanced(by: .seconds(1))
+        #expect(limits.decide("", at: clock.now) == .waitUntil(holdEnd))
+        // After the hold: three go (the guess), the next ones take slots in the windows after.
+        clock.advance(by: .seconds(1))
+        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now) == .reserved(at: holdEnd.advanced(by: .seconds(1)), window: 2))
+        for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        // A window filled without a refusal raises the guess by at least one.
+        clock.advance(by: .seconds(1))
+        #expect(limits.claim("", window: 2, at: clock.now) == .go)
+        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now).isGo == false)
+        // A provider that states its limit replaces the guess.
+        await limits.observe("", status: 200, fields: fields([("X-RateLimit-Limit", "50"), ("X-RateLimit-Remaining", "40")]))
+        #expect(limits.report().first?.limit == 50)
+    }
+
     @Test("scopes are separate: one API key's spent budget does not hold another's")
     func separateScopes() async throws {
         let limits = limiter { $0.scope = .header("x-api-key") }
