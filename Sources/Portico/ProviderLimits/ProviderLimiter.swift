@@ -31,13 +31,17 @@ public final class ProviderLimiter: Sendable {
         var window: Duration?
         var windowSaid = false
         /// `limit` is this gateway's guess, the provider never having said one (it sends only
-        /// `Retry-After`): what it served between two holds, raised a tenth at each window it
+        /// `Retry-After`): what it served in the window it refused in (counting the answers of
+        /// requests already on their way then), raised a tenth after four windows in a row
         /// filled without a refusal, so a guess too low grows and one too high meets a 429.
         var limitGuessed = false
-        /// Successful answers since the last hold (or since the start), for that guess.
-        var servedSinceHold = 0
-        /// The provider refused in the current window (then the guess is not raised at its end).
+        /// Successful answers in this window (or, before a first guess, since the start), for that guess.
+        var servedInWindow = 0
+        /// Requests in flight when the provider refused: their successes still count.
+        var lateAnswers = 0
+        /// The provider refused in the current window; windows filled without a refusal in a row.
         var refusedInWindow = false
+        var filledWindows = 0
         var hold: ContinuousClock.Instant?
         var inFlight = 0
         var waiting = 0
@@ -81,10 +85,17 @@ public final class ProviderLimiter: Sendable {
         mutating func nextWindow() {
             guard var limit else { return }
             if limitGuessed, remaining == 0, !refusedInWindow {
-                limit += max(1, limit / 10)
-                self.limit = limit
+                filledWindows += 1
+                if filledWindows >= 4 {
+                    limit += max(1, limit / 10)
+                    self.limit = limit
+                    filledWindows = 0
+                }
+            } else if refusedInWindow {
+                filledWindows = 0
             }
             refusedInWindow = false
+            servedInWindow = 0
             windowNumber += 1
             due = booked.removeValue(forKey: windowNumber) ?? 0
             remaining = max(0, limit - due)
@@ -323,7 +334,13 @@ public final class ProviderLimiter: Sendable {
             budget.limit = limit
             budget.limitGuessed = false
         }
-        if (200..<300).contains(status), budget.hold == nil { budget.servedSinceHold += 1 }
+        if budget.hold != nil, budget.lateAnswers > 0 {
+            // An answer to a request that was on its way when the provider refused.
+            budget.lateAnswers -= 1
+            if (200..<300).contains(status), budget.limitGuessed, let limit = budget.limit { budget.limit = limit + 1 }
+        } else if (200..<300).contains(status), budget.hold == nil {
+            budget.servedInWindow += 1
+        }
         if let window = observation.window {
             budget.window = window
             budget.windowSaid = true
@@ -363,16 +380,17 @@ public final class ProviderLimiter: Sendable {
             let until = now.advanced(by: hold)
             budget.hold = max(budget.hold ?? until, until)
             if status == 429 {
-                if observation.remaining == nil, budget.limit == nil || budget.limitGuessed, budget.servedSinceHold > 0 {
+                if observation.remaining == nil, budget.limit == nil || budget.limitGuessed, budget.servedInWindow > 0 {
                     // A provider silent about its budget: guess it from what it served since
                     // its last hold, and its window from the longest hold, so that after this
                     // hold a window's worth goes and the rest take slots in the windows after.
-                    budget.limit = budget.servedSinceHold
+                    budget.limit = budget.servedInWindow
                     budget.limitGuessed = true
                     if !budget.windowSaid { budget.window = max(budget.window ?? .zero, hold) }
                 }
-                budget.servedSinceHold = 0
+                budget.servedInWindow = 0
                 budget.refusedInWindow = true
+                budget.lateAnswers = budget.inFlight
                 // Refused: nothing is left until the hold ends, whatever the headers counted.
                 budget.remaining = 0
                 budget.reset = max(budget.reset ?? until, until)

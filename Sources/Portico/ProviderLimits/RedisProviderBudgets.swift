@@ -19,7 +19,7 @@ final class RedisProviderBudgets: Sendable {
     /// `{kind, micros, window}`: 0 go, 1 wait that long then ask again, 2 a slot in window
     /// number `window`, expected to begin that far ahead. Fields: `wnum` the window's number,
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
-    /// window not yet claimed, `served` and `guessed` for a provider silent about its budget
+    /// window not yet claimed, `served`, `guessed`, `late`, `refused` and `filled` for a provider silent about its budget
     /// (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
@@ -31,9 +31,15 @@ final class RedisProviderBudgets: Sendable {
         local function nextWindow()
           if not b.limit then return end
           if b.guessed and b.remaining == 0 and not b.refused then
-            b.limit = b.limit + math.max(1, math.floor(b.limit / 10))
+            b.filled = (b.filled or 0) + 1
+            if b.filled >= 4 then
+              b.limit = b.limit + math.max(1, math.floor(b.limit / 10)); b.filled = nil
+            end
+          elseif b.refused then
+            b.filled = nil
           end
           b.refused = nil
+          b.served = nil
           b.wnum = (b.wnum or 0) + 1
           b.due = b['slot' .. b.wnum] or 0
           b['slot' .. b.wnum] = nil
@@ -113,7 +119,12 @@ final class RedisProviderBudgets: Sendable {
           local remaining, reset, limit, window, retry, hold = arg(3), arg(4), arg(5), arg(6), arg(7), tonumber(ARGV[8])
           b.inflight = math.max(0, (b.inflight or 0) - 1)
           if limit then b.limit = limit; b.guessed = nil end
-          if status >= 200 and status < 300 and not b.hold then b.served = (b.served or 0) + 1 end
+          if b.hold and (b.late or 0) > 0 then
+            b.late = b.late - 1
+            if status >= 200 and status < 300 and b.guessed and b.limit then b.limit = b.limit + 1 end
+          elseif status >= 200 and status < 300 and not b.hold then
+            b.served = (b.served or 0) + 1
+          end
           if window then
             b.window = window; b.said = 1
           elseif not b.said and reset and reset > (b.window or 0) then
@@ -144,6 +155,7 @@ final class RedisProviderBudgets: Sendable {
               end
               b.served = nil
               b.refused = 1
+              b.late = b.inflight
               b.remaining = 0
               b.reset = math.max(b.reset or untilAt, untilAt)
             end

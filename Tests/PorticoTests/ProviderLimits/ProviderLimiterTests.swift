@@ -153,7 +153,7 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now).isGo == false)
     }
 
-    @Test("a provider that sends only Retry-After: its budget is guessed from what it served between holds, so after a hold one window's worth goes and the rest take slots")
+    @Test("a provider that sends only Retry-After: its budget is guessed from what it served in the window it refused in, so after a hold one window's worth goes and the rest take slots")
     func retryAfterOnlyBudgetIsGuessed() async throws {
         let limits = limiter { $0.maxWait = .seconds(10) }
         // Nothing said: three go and are served; the fourth is refused with Retry-After: 1.
@@ -166,12 +166,28 @@ struct ProviderLimiterTests {
         clock.advance(by: .seconds(1))
         for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
         #expect(limits.decide("", at: clock.now) == .reserved(at: holdEnd.advanced(by: .seconds(1)), window: 2))
+        limits.release("", window: 2)
         for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
-        // A window filled without a refusal raises the guess by at least one.
+        // Four windows in a row filled without a refusal raise the guess by at least one.
+        for _ in 0..<3 {
+            clock.advance(by: .seconds(1))
+            for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+            let over = limits.decide("", at: clock.now)
+            #expect(over.isGo == false)
+            if let window = over.window { limits.release("", window: window) }
+            for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        }
         clock.advance(by: .seconds(1))
-        #expect(limits.claim("", window: 2, at: clock.now) == .go)
-        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
-        #expect(limits.decide("", at: clock.now).isGo == false)
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        if let window = limits.decide("", at: clock.now).window { limits.release("", window: window) } else { Issue.record("a fifth went") }
+        // Answers of requests on their way when it refused still count: 4 sent, the provider
+        // refuses the first answered, then serves the three others.
+        for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        clock.advance(by: .seconds(1))
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        #expect(limits.report().first?.limit == 4 + 3, "the 4 served before the hold and 3 answered late")
         // A provider that states its limit replaces the guess.
         await limits.observe("", status: 200, fields: fields([("X-RateLimit-Limit", "50"), ("X-RateLimit-Remaining", "40")]))
         #expect(limits.report().first?.limit == 50)
