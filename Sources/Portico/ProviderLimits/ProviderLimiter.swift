@@ -381,8 +381,8 @@ public final class ProviderLimiter: Sendable {
             budget.hold = max(budget.hold ?? until, until)
             if status == 429 {
                 if observation.remaining == nil, budget.limit == nil || budget.limitGuessed, budget.servedInWindow > 0 {
-                    // A provider silent about its budget: guess it from what it served since
-                    // its last hold, and its window from the longest hold, so that after this
+                    // A provider silent about its budget: guess it from what it served in
+                    // this window, and its window from the longest hold, so that after this
                     // hold a window's worth goes and the rest take slots in the windows after.
                     budget.limit = budget.servedInWindow
                     budget.limitGuessed = true
