@@ -306,7 +306,7 @@ public final class BalancedUpstream: UpstreamClient {
         }
         let candidates = Candidates(mask: mask)
         guard candidates.count > 1 else { return Pick(index: mask.trailingZeroBitCount, allDown: allDown) }
-        let index = policy.pick(candidates, row: BalancingRow(slots: row, columns: set.columns, layout: layout))
+        let index = policy.pick(candidates, row: row, columns: set.columns, layout: layout)
         return Pick(index: index, allDown: allDown)
     }
 }

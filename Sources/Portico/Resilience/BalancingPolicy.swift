@@ -1,9 +1,9 @@
 /// One way of picking an endpoint for an attempt (`upstreams.NAME.balance`). Each policy is one
 /// type in its own file (`RoundRobinPolicy.swift`, …) and one entry in `BalancingPolicies.standard`.
 ///
-/// A pick runs on the request's event loop and may write only that loop's row (`BalancingRow`):
-/// its own words and its random state, which no other loop writes. It reads the loop's own counts
-/// of requests in flight, never a count another core keeps.
+/// A pick runs on the request's event loop and may write only that loop's row (`LoopSlots`, laid
+/// out by `RowLayout`): its own words and its random state, which no other loop writes. It reads
+/// the loop's own counts of requests in flight, never a count another core keeps.
 protocol BalancingPolicy: Sendable {
     /// The `balance:` word.
     static var name: String { get }
@@ -15,7 +15,8 @@ protocol BalancingPolicy: Sendable {
     init()
 
     /// The index (in the upstream's endpoint set) of one of `candidates`, which are two or more.
-    func pick(_ candidates: Candidates, row: BalancingRow) -> Int
+    /// `row`: the calling loop's; `columns`: each endpoint's column in it (its requests in flight).
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int
 }
 
 extension BalancingPolicy {
@@ -96,33 +97,29 @@ struct RowLayout: Sendable {
     }
 }
 
-/// A policy's view of the calling loop's row: its own words, the loop's requests in flight per
-/// endpoint, and a random state (xorshift: no system call, no shared word).
-struct BalancingRow {
-    let slots: LoopSlots
-    /// The row's column of each endpoint of the set (a column stays an endpoint's while it is in
-    /// the set or draining).
-    let columns: [Int]
-    let layout: RowLayout
+extension LoopSlots {
+    // A policy's use of its loop's row. (The row, the columns and the layout are passed to
+    // `pick` one by one, not in a struct: a struct holding them would retain the set's shared
+    // columns buffer on every pick, a write to a line every loop reads.)
 
-    /// Requests in flight on this loop to the set's endpoint `index`.
+    /// Requests in flight on this loop to the endpoint in column `column`.
     @inline(__always)
-    func inFlight(_ index: Int) -> Int { slots.load(columns[index]) }
+    func inFlight(column: Int) -> Int { load(column) }
 
     /// The policy's word `number` (below its `stateWords`).
     @inline(__always)
-    func word(_ number: Int) -> Int { slots.load(layout.columns + number) }
+    func policyWord(_ number: Int, _ layout: RowLayout) -> Int { load(layout.columns + number) }
 
     @inline(__always)
-    func setWord(_ number: Int, _ value: Int) { slots.store(layout.columns + number, value) }
+    func setPolicyWord(_ number: Int, _ value: Int, _ layout: RowLayout) { store(layout.columns + number, value) }
 
-    /// Uniform in `0..<bound`.
-    func random(below bound: Int) -> Int {
-        var x = UInt64(bitPattern: Int64(slots.load(layout.randomSlot)))
+    /// Uniform in `0..<bound`, from the row's own xorshift state (no system call, no shared word).
+    func random(below bound: Int, _ layout: RowLayout) -> Int {
+        var x = UInt64(bitPattern: Int64(load(layout.randomSlot)))
         x ^= x << 13
         x ^= x >> 7
         x ^= x << 17
-        slots.store(layout.randomSlot, Int(Int64(bitPattern: x)))
+        store(layout.randomSlot, Int(Int64(bitPattern: x)))
         return Int((x >> 11) % UInt64(bound))
     }
 }

@@ -5,13 +5,13 @@ struct LeastRequestPolicy: BalancingPolicy {
     static let name = "least_request"
     static let summary: String? = "power of two choices"
 
-    func pick(_ candidates: Candidates, row: BalancingRow) -> Int {
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int {
         let count = candidates.count
-        let first = row.random(below: count)
-        var second = row.random(below: count - 1)
+        let first = row.random(below: count, layout)
+        var second = row.random(below: count - 1, layout)
         if second >= first { second += 1 }
         let a = candidates.index(first), b = candidates.index(second)
-        return row.inFlight(b) < row.inFlight(a) ? b : a
+        return row.inFlight(column: columns[b]) < row.inFlight(column: columns[a]) ? b : a
     }
 }
 

@@ -2,8 +2,8 @@
 struct RandomPolicy: BalancingPolicy {
     static let name = "random"
 
-    func pick(_ candidates: Candidates, row: BalancingRow) -> Int {
-        candidates.index(row.random(below: candidates.count))
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int {
+        candidates.index(row.random(below: candidates.count, layout))
     }
 }
 
