@@ -107,12 +107,26 @@ public struct Explanation: Sendable, Encodable {
     /// The upstream's endpoints (`host:port`, as configured) one is picked from per attempt, and how.
     public var upstreamEndpoints: [String]?
     public var balance: String?
+    /// Each endpoint's status on this gateway now, as its upstream's outlier detector says
+    /// (`EndpointStatus`; `GET /explain` on a running gateway, while `portico explain` starts afresh):
+    /// an upstream with several endpoints, a breaker, health checks or `dns_refresh` only.
+    public var endpointStatus: [EndpointReading]?
     /// The upstream's `provider_limits`, in a sentence: what is spent before forwarding.
     public var providerLimits: String?
     public var deadlines: Deadlines?
 
+    /// One endpoint and its `EndpointStatus`.
+    public struct EndpointReading: Sendable, Encodable, Equatable {
+        public var address: String
+        /// The status's word (`up`, `failing`, `ejected`, `probation`, `unhealthy`).
+        public var status: String
+        /// While ejected: the failure kind that ejected it.
+        public var reason: String?
+    }
+
     enum CodingKeys: String, CodingKey {
         case asked, candidates, outcome, chain, endpoint, deadlines, balance
+        case endpointStatus = "endpoint_status"
         case providerLimits = "provider_limits"
         case upstreamURL = "upstream_url"
         case upstreamEndpoints = "upstream_endpoints"
@@ -215,6 +229,13 @@ extension Explanation {
         upstreamURL = UpstreamTarget(baseURL: upstream.url).urlString(for: chosen.upstreamTarget(for: request.target))
         upstreamEndpoints = upstream.endpoints.map { UpstreamTarget(baseURL: $0).authority }
         balance = upstream.balance.rawValue
+        if let balanced = runtime.upstreams[upstream.name] as? BalancedUpstream {
+            endpointStatus = balanced.statuses.map { endpoint, status in
+                var reason: String?
+                if case .ejected(_, let why) = status { reason = why.name }
+                return EndpointReading(address: endpoint.address, status: status.name, reason: reason)
+            }
+        }
         providerLimits = upstream.providerLimits.map(Self.describe)
         // One attempt is bounded by the upstream's timeout, a retry's per_try_timeout, and what is left of the total.
         var perTry = (upstream.timeout, "upstreams.\(upstream.name).timeout")
@@ -316,6 +337,9 @@ extension Explanation {
                 if let upstreamURL { lines.append("  \(asked.method) \(upstreamURL)") }
                 if let upstreamEndpoints, upstreamEndpoints.count > 1 {
                     lines.append("  endpoints (\(balance ?? "round_robin")): \(upstreamEndpoints.joined(separator: ", "))")
+                }
+                for reading in endpointStatus ?? [] where reading.status != EndpointStatus.up.name {
+                    lines.append("  \(reading.address): \(reading.status)" + (reading.reason.map { " (\($0))" } ?? ""))
                 }
                 if let providerLimits { lines.append("  provider limits: \(providerLimits)") }
             }

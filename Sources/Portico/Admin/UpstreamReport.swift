@@ -35,13 +35,15 @@ public struct UpstreamReport: Sendable, Encodable {
     public struct Endpoint: Sendable, Encodable {
         public var address: String
         public var url: String
-        /// `up`, `failing` (failing in a row, kept in rotation by the ejection cap), `ejected`, `unhealthy`.
+        /// The endpoint's `EndpointStatus`, by its word: `up`, `failing` (failing in a row, kept in
+        /// rotation by the ejection cap), `ejected`, `probation` (back after an ejection),
+        /// `unhealthy`.
         public var state: String
         /// The health check's verdict: `healthy`, `unhealthy`, `unknown` (none yet, or no checks).
         public var health: String
-        /// RFC 3339, while ejected.
+        /// RFC 3339, while ejected (the status's `until`).
         public var ejectedUntil: String?
-        /// The failure kind that ejected it, while ejected.
+        /// The failure kind that ejected it, while ejected (the status's `reason`).
         public var ejectionReason: String?
         public var ejections: Int
         public var consecutiveFailures: Int
@@ -75,7 +77,7 @@ public struct UpstreamReport: Sendable, Encodable {
             return Upstream(name: name, transport: config.transport.rawValue, balance: config.balance.rawValue,
                             allDown: false, circuitBreaker: nil, endpoints: [
                                 Endpoint(address: UpstreamTarget(baseURL: config.url).authority, url: config.url.absoluteString,
-                                         state: "up", health: EndpointState.Health.unknown.description, ejections: 0,
+                                         state: EndpointStatus.up.name, health: EndpointState.Health.unknown.description, ejections: 0,
                                          consecutiveFailures: 0),
                             ])
         }
@@ -87,37 +89,45 @@ public struct UpstreamReport: Sendable, Encodable {
     }
 }
 
+extension UpstreamReport.Endpoint {
+    /// One endpoint as `status` says: its word is `state`, and an ejection's instant and reason are
+    /// `ejected_until` and `ejection_reason`. Nothing here works out what the endpoint is.
+    init(_ endpoint: EndpointState, status: EndpointStatus, failuresInARow: Int, ejections: Int, inFlight: Int?,
+         lastFailure: (kind: EndpointFailure, at: ContinuousClock.Instant)?, wall: (ContinuousClock.Instant) -> String) {
+        var until: String?, reason: String?
+        if case .ejected(let instant, let why) = status {
+            until = wall(instant)
+            reason = why.name
+        }
+        self.init(address: endpoint.address, url: endpoint.url.absoluteString, state: status.name,
+                  health: endpoint.currentHealth.description, ejectedUntil: until, ejectionReason: reason,
+                  ejections: ejections, consecutiveFailures: failuresInARow, inFlight: inFlight,
+                  lastFailure: lastFailure.map { UpstreamReport.Failure(kind: $0.kind.name, at: wall($0.at)) })
+    }
+}
+
 extension BalancedUpstream {
-    /// This upstream's part of `GET /upstreams` (loads only).
+    /// This upstream's part of `GET /upstreams` (loads only): each endpoint's status as the
+    /// outlier detector says.
     func report() -> UpstreamReport.Upstream {
         let nowInstant = clock.now
         let wallNow = clock.wallNow
-        let now = offset(nowInstant)
-        func wall(_ offset: Int64) -> String {
-            UpstreamReport.timestamp(wallNow.addingTimeInterval(Double(offset - now) / 1e9))
+        func wall(_ instant: ContinuousClock.Instant) -> String {
+            UpstreamReport.timestamp(wallNow.addingTimeInterval(nowInstant.duration(to: instant).secondsValue))
         }
-        let threshold = config.outlierDetection.consecutiveFailures
-        var anyUp = false
+        let now = outlier.moment(nowInstant)
         let set = currentSet()
-        let endpoints = zip(set.endpoints, set.columns).map { endpoint, index in
-            let ejected = endpoint.isEjected(at: now)
-            let health = endpoint.currentHealth
-            let failures = endpoint.consecutiveFailures.load(ordering: .relaxed)
-            let state = if ejected { "ejected" } else if health == .unhealthy { "unhealthy" } else if failures >= threshold { "failing" } else { "up" }
-            if state == "up" { anyUp = true }
-            let lastKind = EndpointFailure(rawValue: endpoint.lastFailure.load(ordering: .relaxed))
-            return UpstreamReport.Endpoint(
-                address: endpoint.address, url: endpoint.url.absoluteString, state: state, health: health.description,
-                ejectedUntil: ejected ? wall(endpoint.ejectedUntil.load(ordering: .relaxed)) : nil,
-                ejectionReason: ejected ? EndpointFailure(rawValue: endpoint.ejectionReason.load(ordering: .relaxed))?.name : nil,
-                ejections: endpoint.ejectionsTotal.load(ordering: .relaxed), consecutiveFailures: failures,
-                inFlight: inFlight(index),
-                lastFailure: lastKind.map { UpstreamReport.Failure(kind: $0.name, at: wall(endpoint.lastFailureAt.load(ordering: .relaxed))) })
+        let statuses = set.endpoints.map { outlier.status(of: $0, at: now) }
+        let endpoints = zip(set.endpoints, zip(set.columns, statuses)).map { endpoint, entry in
+            UpstreamReport.Endpoint(endpoint, status: entry.1, failuresInARow: endpoint.outlier.failuresInARow,
+                                    ejections: endpoint.outlier.ejections, inFlight: inFlight(entry.0),
+                                    lastFailure: outlier.lastFailure(of: endpoint), wall: wall)
         }
         return UpstreamReport.Upstream(
-            name: config.name, transport: config.transport.rawValue, balance: config.balance.rawValue, allDown: !anyUp,
-            circuitBreaker: config.circuitBreaker.map {
-                UpstreamReport.Breaker(maxRequests: $0.maxRequests, maxPending: $0.maxPending, inFlight: breakerInFlight ?? 0)
+            name: config.name, transport: config.transport.rawValue, balance: config.balance.rawValue,
+            allDown: !statuses.contains { $0.isUp },
+            circuitBreaker: breaker.map {
+                UpstreamReport.Breaker(maxRequests: $0.maxRequests, maxPending: $0.maxPending, inFlight: $0.current)
             },
             endpoints: endpoints)
     }

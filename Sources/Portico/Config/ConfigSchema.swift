@@ -156,7 +156,7 @@ public enum ConfigSchema {
     static let upstream = Section("An upstream service.", rules: [.exactlyOne(["url", "endpoints"])], [
         key("url", .url, "http or https, a host, an optional base path; no query or fragment (or endpoints:, not both)."),
         key("endpoints", .list(.url, unique: true, nonEmpty: true), "Several addresses of one service: one scheme and base path for all, at most 64."),
-        key("balance", words(BalanceStrategy.self), "How an endpoint is picked: round_robin (default), least_request (power of two choices) or random."),
+        key("balance", words(BalanceStrategy.self), BalancingPolicies.schemaDescription),
         key("dns_refresh", .duration(positive: true), "url: with a host name: every address it resolves to is an endpoint, re-resolved this often (https needs nio)."),
         key("health_check", .section(healthCheck), "Active checks per endpoint, off the request path; default none."),
         key("outlier_detection", .section(outlierDetection), "Passive ejection of failing endpoints; defaults apply when absent."),

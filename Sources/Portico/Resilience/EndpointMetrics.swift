@@ -8,7 +8,8 @@ import Metrics
 /// - `portico_upstream_endpoint_failures_total{upstream,endpoint,kind}`: attempts that counted against it.
 /// - `portico_upstream_endpoint_ejections_total{upstream,endpoint}`
 /// - `portico_upstream_endpoint_ejected{upstream,endpoint}`: 1 from an ejection until its first
-///   success afterwards, else 0.
+///   success afterwards, else 0: the `EndpointStatus` the outlier detector moved it to
+///   (`record(_:)`), kept through probation, which begins with no event.
 /// - `portico_upstream_endpoint_healthy{upstream,endpoint}`: the health check's verdict (1, 0),
 ///   -1 before the first (or without checks).
 final class EndpointMetrics: Sendable {
@@ -34,23 +35,24 @@ final class EndpointMetrics: Sendable {
     func failed(_ kind: EndpointFailure) {
         failures[Int(kind.rawValue) - 1].increment()
     }
+
+    /// The status the outlier detector just moved the endpoint to (an ejection, or the success
+    /// that cleared its record): the `ejected` gauge's one source.
+    func record(_ status: EndpointStatus) {
+        switch status {
+        case .ejected, .probation: ejected.record(1)
+        case .up, .failing, .unhealthy: ejected.record(0)
+        }
+    }
 }
 
-/// An upstream's own resilience metrics:
-/// - `portico_upstream_overloaded_total{upstream,reason}`: requests the circuit breaker refused
-///   (`reason`: `max_requests` or `max_pending`).
-/// - `portico_upstream_all_endpoints_down_total{upstream}`: attempts made while every endpoint was
-///   ejected or failing, spread over all of them.
+/// An upstream's own balancing metric (the breaker's refusals are `CircuitBreaker`'s):
+/// - `portico_upstream_all_endpoints_down_total{upstream}`: attempts made while no endpoint was
+///   up (each ejected, unhealthy or failing), spread over all of them.
 final class BalancedUpstreamMetrics: Sendable {
-    let refusedMaxRequests: Counter
-    let refusedMaxPending: Counter
     let allDown: Counter
 
     init(upstream: String, factory: any MetricsFactory = MetricsSystem.factory) {
-        refusedMaxRequests = Counter(label: "portico_upstream_overloaded_total",
-                                     dimensions: [("upstream", upstream), ("reason", "max_requests")], factory: factory)
-        refusedMaxPending = Counter(label: "portico_upstream_overloaded_total",
-                                    dimensions: [("upstream", upstream), ("reason", "max_pending")], factory: factory)
         allDown = Counter(label: "portico_upstream_all_endpoints_down_total", dimensions: [("upstream", upstream)], factory: factory)
     }
 }

@@ -1,15 +1,13 @@
 import Foundation
-import Synchronization
 
 /// One endpoint of an upstream: its transport client (with its own per-loop pool on `nio`) and
-/// its health and ejection record.
+/// its records, each written by its one owner: `outlier` (failures and ejections) by the
+/// upstream's `OutlierDetector`, `health` (the checks' verdict) by its `EndpointHealthCheck`.
+/// What the two mean together is `EndpointStatus` (`OutlierDetector.status(of:at:)`).
 ///
-/// The record is atomics written only when something changes — a failure, an ejection, a health
-/// check's verdict, the first success after failures — and read per request by the balancer. A
-/// success on a healthy endpoint writes nothing (it loads the failure count and finds it zero), so
-/// the request path writes no word another core writes.
-///
-/// Instants are nanoseconds since the owning set's `origin` (on its injected clock): 0 means "never".
+/// The records are atomics written only when something changes and loaded per request by the
+/// balancer; a success on an endpoint that is up writes nothing, so the request path writes no
+/// word another core writes. A reload that keeps the endpoint keeps the object, records included.
 public final class EndpointState: Sendable {
     /// Health as the active checks last said.
     public enum Health: Int, Sendable, CustomStringConvertible {
@@ -32,29 +30,12 @@ public final class EndpointState: Sendable {
     /// reloads, and its metric label.
     public let address: String
     /// Its transport settings (`BalancedUpstream.endpointConfig`): a reload keeps the endpoint
-    /// (client, pool and record) while they stay the same.
+    /// (client, pool and records) while they stay the same.
     let config: UpstreamConfig
     let client: any UpstreamClient
     let metrics: EndpointMetrics
-
-    let consecutiveFailures = Atomic<Int>(0)
-    /// Ejected while the clock reads before this.
-    let ejectedUntil = Atomic<Int64>(0)
-    /// Ejections in a row (reset by a success after the last one): multiplies `base_ejection`.
-    /// While non-zero and not ejected, the endpoint is on probation: one failure ejects it again.
-    let ejectionsInARow = Atomic<Int>(0)
-    let ejectionReason = Atomic<UInt8>(0)
-    let ejectionsTotal = Atomic<Int>(0)
-    let lastFailure = Atomic<UInt8>(0)
-    let lastFailureAt = Atomic<Int64>(0)
-    let health = Atomic<Int>(Health.unknown.rawValue)
-    /// Checks in a row that agreed (passes while unhealthy or unknown, failures while healthy).
-    let healthStreak = Atomic<Int>(0)
-    /// Health checks finished (written by the endpoint's one check task).
-    let healthChecks = Atomic<Int>(0)
-
-    /// Health checks finished so far.
-    public var healthChecksDone: Int { healthChecks.load(ordering: .relaxed) }
+    let outlier = OutlierRecord()
+    let health = HealthRecord()
 
     init(url: URL, config: UpstreamConfig, client: any UpstreamClient, metrics: EndpointMetrics) {
         self.url = url
@@ -64,22 +45,9 @@ public final class EndpointState: Sendable {
         self.metrics = metrics
     }
 
-    public var currentHealth: Health { Health(rawValue: health.load(ordering: .relaxed)) ?? .unknown }
+    /// The health checks' verdict now.
+    public var currentHealth: Health { health.current }
 
-    func isEjected(at now: Int64) -> Bool {
-        ejectedUntil.load(ordering: .relaxed) > now
-    }
-
-    /// Takes traffic: not ejected and not failing its health check.
-    @inline(__always)
-    func isUsable(at now: Int64) -> Bool {
-        ejectedUntil.load(ordering: .relaxed) <= now && health.load(ordering: .relaxed) != Health.unhealthy.rawValue
-    }
-
-    /// Usable and not failing `threshold` times in a row (one the ejection cap kept in rotation
-    /// is usable, not up): while none is up, every endpoint is tried.
-    @inline(__always)
-    func isUp(at now: Int64, threshold: Int) -> Bool {
-        isUsable(at: now) && consecutiveFailures.load(ordering: .relaxed) < threshold
-    }
+    /// Health checks finished so far.
+    public var healthChecksDone: Int { health.checksDone }
 }

@@ -1,12 +1,4 @@
-/// How an upstream with several endpoints picks one per attempt (`upstreams.NAME.balance`).
-public enum BalanceStrategy: String, Sendable, Equatable, CaseIterable {
-    /// In turn; each event loop keeps its own turn, so no core writes another's.
-    case roundRobin = "round_robin"
-    /// Power of two choices: two endpoints at random, the one with fewer requests in flight on
-    /// this event loop (counts kept per loop, never one shared counter).
-    case leastRequest = "least_request"
-    case random
-}
+/// `upstreams.NAME.balance` is a `BalanceStrategy` (`BalancingPolicy.swift`, one file per policy).
 
 /// `upstreams.NAME.outlier_detection`: ejecting an endpoint that keeps failing.
 public struct OutlierDetectionConfig: Sendable, Equatable {

@@ -99,7 +99,8 @@ struct BalancedUpstreamTests {
     }
 
     func isEjected(_ upstream: BalancedUpstream, _ index: Int, _ clock: ManualClock) -> Bool {
-        upstream.endpoints[index].isEjected(at: upstream.offset(clock.now))
+        if case .ejected = upstream.status(of: upstream.endpoints[index]) { return true }
+        return false
     }
 
     @Test("round_robin spreads attempts evenly; random and least_request reach every endpoint")
@@ -132,7 +133,7 @@ struct BalancedUpstreamTests {
         #expect(isEjected(upstream, 0, clock))
         #expect(!isEjected(upstream, 1, clock))
         #expect(scripted.calls(Self.addresses[1]) >= 13)
-        #expect(upstream.endpoints[0].ejectionReason.load(ordering: .relaxed) == EndpointFailure.gatewayStatus.rawValue)
+        #expect(upstream.status(of: upstream.endpoints[0]) == .ejected(until: clock.now.advanced(by: .seconds(30)), reason: .gatewayStatus))
     }
 
     @Test("a plain 500 counts only with failures: 5xx")
@@ -182,7 +183,7 @@ struct BalancedUpstreamTests {
         clock.advance(by: .seconds(29))
         #expect(isEjected(upstream, 0, clock))
         clock.advance(by: .seconds(1))
-        #expect(!isEjected(upstream, 0, clock))
+        #expect(upstream.status(of: upstream.endpoints[0]) == .probation)
         // Back on probation: its next attempt fails, and it is out again, for 2 × 30 s.
         scripted.resetCalls()
         await Self.send(upstream, clock, count: 3)
@@ -191,13 +192,13 @@ struct BalancedUpstreamTests {
         clock.advance(by: .seconds(59))
         #expect(isEjected(upstream, 0, clock))
         clock.advance(by: .seconds(1))
-        #expect(!isEjected(upstream, 0, clock))
+        #expect(upstream.status(of: upstream.endpoints[0]) == .probation)
         // It recovered: one success clears its record, and 3 failures are needed again.
         scripted.script(Self.addresses[0], .status(200))
         scripted.resetCalls()
         await Self.send(upstream, clock, count: 3)
         #expect(scripted.calls(Self.addresses[0]) == 1)
-        #expect(upstream.endpoints[0].ejectionsInARow.load(ordering: .relaxed) == 0)
+        #expect(upstream.status(of: upstream.endpoints[0]) == .up)
         scripted.script(Self.addresses[0], .status(502))
         await Self.send(upstream, clock, count: 6)
         #expect(!isEjected(upstream, 0, clock))
@@ -255,7 +256,11 @@ struct BalancedUpstreamTests {
     func retryAvoidsFailedEndpoint() async throws {
         let scripted = ScriptedEndpoints()
         let clock = ManualClock()
-        let upstream = Self.make(scripted, count: 2, clock: clock) { $0.balance = .random }
+        // Never ejected within the test's 20 failures: this test is about the choice alone.
+        let upstream = Self.make(scripted, count: 2, clock: clock) {
+            $0.balance = .random
+            $0.outlierDetection.consecutiveFailures = 1000
+        }
         scripted.script(Self.addresses[0], .status(503))
         for _ in 0..<20 {
             // Two attempts of one request share its stats, as the retry middleware's do.
@@ -266,9 +271,7 @@ struct BalancedUpstreamTests {
                 #expect(second.status.code == 200)
             }
             #expect(stats.snapshot.extra.filter { $0.0 == "endpoint" }.count == 1)
-            // Keep it from being ejected: this test is about the choice alone.
-            upstream.endpoints[0].consecutiveFailures.store(0, ordering: .relaxed)
-            upstream.endpoints[0].ejectedUntil.store(0, ordering: .relaxed)
+            #expect(upstream.status(of: upstream.endpoints[0]) == .up)
         }
     }
 
@@ -450,8 +453,11 @@ struct HealthCheckTests {
         #expect(upstream.endpoints[1].currentHealth == .healthy)
         #expect(metrics.value("portico_upstream_endpoint_healthy", healthGauge) == 0)
         // Checks ran on every endpoint (each one a call on its client), yet none counted as a
-        // request: no request or failure metric, no failure streak for outlier detection, no
-        // ejection, although endpoint 0 failed more checks than `consecutive_failures` (3).
+        // request: no request or failure metric, nothing in the outlier record, although
+        // endpoint 0 failed more checks than `consecutive_failures` (3). A failed check counted
+        // as a request's failure would show as a last failure whatever came after it (an
+        // ejection resets the streak, so the streak alone would not show it), and as `ejected`
+        // (which outranks `unhealthy`) or `failing`.
         for (index, endpoint) in upstream.endpoints.enumerated() {
             let address = BalancedUpstreamTests.addresses[index]
             let labels = [("upstream", "orders"), ("endpoint", address)]
@@ -461,8 +467,10 @@ struct HealthCheckTests {
                 #expect(metrics.value("portico_upstream_endpoint_failures_total", labels + [("kind", kind.name)]) == 0,
                         "\(address) \(kind.name)")
             }
-            #expect(endpoint.consecutiveFailures.load(ordering: .relaxed) == 0, "\(address)")
-            #expect(!endpoint.isEjected(at: upstream.offset(clock.now)), "\(address)")
+            #expect(upstream.outlier.lastFailure(of: endpoint) == nil, "\(address)")
+            #expect(endpoint.outlier.failuresInARow == 0, "\(address)")
+            #expect(endpoint.outlier.ejections == 0, "\(address)")
+            #expect(upstream.status(of: endpoint) == (index == 0 ? .unhealthy : .up), "\(address)")
         }
         scripted.resetCalls()
         await BalancedUpstreamTests.send(upstream, clock, count: 20)

@@ -95,4 +95,29 @@ struct ResilienceExplainTests {
         #expect(explanation.text.contains("  endpoints (random): 10.0.0.1:8080, 10.0.0.2:8080"))
         await runtime.shutdown()
     }
+
+    @Test("explain reads each endpoint's status from the running upstream and names those not up")
+    func explainReadsStatus() async throws {
+        let runtime = try GatewayRuntime(config: try load("""
+            upstreams:
+              orders: { endpoints: ["http://10.0.0.1:8080", "http://10.0.0.2:8080"] }
+            routes:
+              - { name: orders, match: { path_prefix: /orders/ }, upstream: orders }
+            """), logger: .init(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let upstream = try #require(runtime.upstreams["orders"] as? BalancedUpstream)
+        let fresh = try Explanation(method: "GET", url: "http://x/orders/1", headers: [], runtime: runtime)
+        #expect(fresh.endpointStatus == [.init(address: "10.0.0.1:8080", status: "up"), .init(address: "10.0.0.2:8080", status: "up")])
+        #expect(!fresh.text.contains("10.0.0.2:8080: "))
+        // The second endpoint fails consecutive_failures (5) times: the detector ejects it.
+        for _ in 0..<5 {
+            upstream.outlier.failed(upstream.endpoints[1], .connectFailed, at: upstream.outlier.moment(upstream.clock.now),
+                                    among: upstream.endpoints)
+        }
+        let explanation = try Explanation(method: "GET", url: "http://x/orders/1", headers: [], runtime: runtime)
+        #expect(explanation.endpointStatus == [.init(address: "10.0.0.1:8080", status: "up"),
+                                              .init(address: "10.0.0.2:8080", status: "ejected", reason: "connect_failed")])
+        #expect(explanation.text.contains("  10.0.0.2:8080: ejected (connect_failed)\n"))
+        #expect(String(decoding: explanation.json, as: UTF8.self).contains("\"endpoint_status\""))
+        await runtime.shutdown()
+    }
 }
