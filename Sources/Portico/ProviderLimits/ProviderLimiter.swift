@@ -349,8 +349,8 @@ public final class ProviderLimiter: Sendable {
         }
         if let remaining = observation.remaining {
             // What this answer counted does not include requests still in flight, nor the due
-            // reservations about to go.
-            let left = max(0, remaining - budget.inFlight - budget.due)
+            // reservations about to go (read after a new window made its reservations due).
+            func left() -> Int { max(0, remaining - budget.inFlight - budget.due) }
             let reset = observation.reset.map { now.advanced(by: $0) }
             // A reset later than the one known (by more than the headers' one-second resolution)
             // is a new window: its count replaces the old. Within a window counts only go down
@@ -358,14 +358,14 @@ public final class ProviderLimiter: Sendable {
             // seconds rounded up: the later estimate is the safer one; the earliest, tried in
             // session 17, let more through than the provider took under load).
             if let known = budget.reset, let reset, reset <= known.advanced(by: .seconds(1)), let current = budget.remaining {
-                budget.remaining = min(current, left)
+                budget.remaining = min(current, left())
                 budget.reset = max(known, reset)
             } else {
                 if let known = budget.reset, let reset, reset > known {
                     // The provider's window ended before the estimate: the next reservations are due.
                     budget.nextWindow()
                 }
-                budget.remaining = max(0, remaining - budget.inFlight - budget.due)
+                budget.remaining = left()
                 budget.reset = reset ?? budget.reset
             }
         }
@@ -421,7 +421,6 @@ public final class ProviderLimiter: Sendable {
         let idle = budgets.filter { $0.value.idle }.sorted { $0.value.lastUsed < $1.value.lastUsed }
         for (key, _) in idle.prefix(budgets.count - target) { budgets[key] = nil }
     }
-
 
     /// Every scope known now, for `GET /limits`. A header scope's value (an API key, say) is
     /// shown as a hash, never as itself.

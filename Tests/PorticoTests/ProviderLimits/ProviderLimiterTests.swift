@@ -23,6 +23,14 @@ struct ProviderLimiterTests {
 
     var context: RequestContext { RetryFixture.context(clock: clock) }
 
+    /// A limiter whose provider said: none left in this one-second window, two in each.
+    func spentWithQuotaOfTwo(maxWait: Duration) async throws -> ProviderLimiter {
+        let limits = limiter { $0.maxWait = maxWait }
+        try await limits.admit("", context: context)
+        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        return limits
+    }
+
     @Test("after 'r remain until t', at most r more go before t, counting those in flight; the rest wait for t")
     func remainingIsSpent() async throws {
         let limits = limiter()
@@ -88,26 +96,20 @@ struct ProviderLimiterTests {
 
     @Test("with the quota known, requests beyond the budget get slots in the windows to come: first come, first served, at most the quota each")
     func slotsInLaterWindows() async throws {
-        let limits = limiter { $0.maxWait = .seconds(10) }
-        try await limits.admit("", context: context)
-        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        let limits = try await spentWithQuotaOfTwo(maxWait: .seconds(10))
         let start = clock.now
         let slots = (0..<5).map { _ in limits.decide("", at: start) }
         let expected = [1, 1, 2, 2, 3].map { ProviderLimiter.Admission.reserved(at: start.advanced(by: .seconds($0)), window: $0) }
         #expect(slots == expected)
         // Too far for max_wait: refused at once, and its slot is given back.
-        let impatient = limiter { $0.maxWait = .milliseconds(500) }
-        try await impatient.admit("", context: context)
-        await impatient.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        let impatient = try await spentWithQuotaOfTwo(maxWait: .milliseconds(500))
         await #expect(throws: GatewayError.self) { try await impatient.admit("", context: context) }
         #expect(impatient.decide("", at: clock.now).slot == clock.now.advanced(by: .seconds(1)))
     }
 
     @Test("a reservation holds a window, not an instant: when answers move the reset later, a waiter that wakes early waits again and none goes before the provider's window")
     func reservationsFollowTheReset() async throws {
-        let limits = limiter { $0.maxWait = .seconds(10) }
-        try await limits.admit("", context: context)
-        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        let limits = try await spentWithQuotaOfTwo(maxWait: .seconds(10))
         let start = clock.now
         let first = limits.decide("", at: start), second = limits.decide("", at: start), third = limits.decide("", at: start)
         #expect(first == .reserved(at: start.advanced(by: .seconds(1)), window: 1))
@@ -130,9 +132,7 @@ struct ProviderLimiterTests {
 
     @Test("a window's due reservations are its first: an arrival, or a count the provider took before they went, cannot spend their slots")
     func dueReservationsComeFirst() async throws {
-        let limits = limiter { $0.maxWait = .seconds(10) }
-        try await limits.admit("", context: context)
-        await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=0;t=1"), ("RateLimit-Policy", "\"s\";q=2;w=1")]))
+        let limits = try await spentWithQuotaOfTwo(maxWait: .seconds(10))
         #expect(limits.decide("", at: clock.now).window == 1)
         #expect(limits.decide("", at: clock.now).window == 1)
         clock.advance(by: .seconds(1))
