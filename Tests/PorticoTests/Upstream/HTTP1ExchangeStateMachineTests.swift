@@ -6,6 +6,8 @@ import Testing
 
 /// The HTTP/1 exchange's logic without a channel: `HTTP1ExchangeStateMachine` driven with waiters
 /// and relays named by strings, its actions compared as words ("respond(w1, 200, hello, reusable)").
+/// Over 450 lines: every transition of the machine in one suite, next to the words it is read in.
+/// (`read()` is mutating, so its results are named before `#expect` looks at them.)
 @Suite("HTTP/1 exchange state machine")
 struct HTTP1ExchangeStateMachineTests {
     typealias Machine = HTTP1ExchangeStateMachine<String, String>
