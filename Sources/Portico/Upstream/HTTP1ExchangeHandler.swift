@@ -162,8 +162,9 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
 
     // MARK: The machine's actions, on the channel
 
-    private func perform(_ action: Machine.Action) {
-        switch action {
+    private func perform(_ action: consuming Machine.Action) {
+        // Consumed: what the action carries moves into the calls below, not copied.
+        switch consume action {
         case .none:
             break
         case .read:
