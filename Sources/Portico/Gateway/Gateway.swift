@@ -149,7 +149,7 @@ public final class Gateway: Sendable {
         let metrics = self.metrics
         let websockets = self.websockets
         metrics.upgrades.opened(route: route.name)
-        let session = UpgradeSession(tunnel: tunnel, idleTimeout: route.websocketIdleTimeout) { summary in
+        let session = UpgradeSession(tunnel: tunnel, idleTimeout: route.websocketIdleTimeout, clock: clock) { summary in
             metrics.upgrades.closed(route: route.name, summary)
             websockets.leave()
         }
