@@ -326,6 +326,8 @@ public enum ConfigSchema {
             key("on_limit", words(RateLimitConfig.OnLimit.self), "Over the limit: reject (default; 429 at once) or wait for the token."),
             key("max_wait", .duration(positive: true), "on_limit: wait: the longest a request waits (never past its deadline); a longer wait is 429 at once; default 1s."),
             key("max_waiting", .integer(1...10_000_000), "on_limit: wait: requests waiting at once; beyond, 429 at once; default 10000."),
+            key("priority", .pattern("^header:[!#$%&'*+.^_`|~0-9A-Za-z-]+$", note: "header:NAME"),
+                "on_limit: wait: header:NAME whose value (high, normal, low; else normal) orders a bucket's waiters; higher go first, none past its max_wait."),
         ])),
         ("retry", Section("Repeat failed upstream attempts.", [
             key("attempts", .integer(1...10), "Total attempts, the first included; default 3."),

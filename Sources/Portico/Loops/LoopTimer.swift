@@ -9,7 +9,10 @@ import Synchronization
 /// `withUpstreamDeadline`). Any other clock (a test's) sleeps on the clock itself.
 enum LoopTimer {
     /// Returns at `deadline`; throws `CancellationError` when the task is cancelled first.
-    static func sleep(until deadline: ContinuousClock.Instant, clock: any GatewayClock) async throws {
+    /// `interrupt`: ends the wait early (it returns normally) when fired; on a clock NIO does
+    /// not keep (a test's), the wait runs to `deadline` regardless.
+    static func sleep(until deadline: ContinuousClock.Instant, clock: any GatewayClock,
+                      interrupt: PriorityLine.Interrupt? = nil) async throws {
         guard let loopDeadline = clock.eventLoopDeadline(for: deadline),
               let loop = MultiThreadedEventLoopGroup.currentEventLoop else {
             try await clock.sleep(until: deadline)
@@ -20,6 +23,7 @@ enum LoopTimer {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let scheduled = loop.scheduleTask(deadline: loopDeadline) { waiter.finish(nil) }
                 waiter.start(continuation, timer: scheduled)
+                interrupt?.onFire { waiter.finish(nil) }
             }
         } onCancel: {
             waiter.finish(CancellationError())
@@ -77,8 +81,9 @@ enum LoopTimer {
                 }
             }
             guard let (continuation, timer) = taken else { return }
+            // Cancelling a timer that fired is a no-op; one an interrupt beat is removed at once.
+            timer.cancel()
             if let error {
-                timer.cancel()
                 continuation.resume(throwing: error)
             } else {
                 continuation.resume()

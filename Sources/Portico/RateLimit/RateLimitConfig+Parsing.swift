@@ -14,11 +14,12 @@ extension RateLimitConfig {
             if m.value("store") == nil { policyNode.error("applies only with store: NAME (a shared store)") }
         }
         m.read("on_limit", into: &c.onLimit) { $0.choice(OnLimit.self) }
-        for waitKey in ["max_wait", "max_waiting"] where m.value(waitKey) != nil && c.onLimit != .wait {
+        for waitKey in ["max_wait", "max_waiting", "priority"] where m.value(waitKey) != nil && c.onLimit != .wait {
             m.value(waitKey)?.error("applies only with on_limit: wait")
         }
         m.read("max_wait", into: &c.maxWait) { $0.duration(positive: true) }
         m.read("max_waiting", into: &c.maxWaiting) { $0.int(in: 1...10_000_000) }
+        m.read("priority", into: &c.priorityHeader) { $0.priorityHeader() }
         if m.value("burst") == nil, let rate { c.burst = RateLimitConfig.defaultBurst(for: rate) }
         return rate == nil ? nil : c
     }
@@ -62,6 +63,18 @@ extension ConfigNode {
             error("unknown rate limit key \(value.shown)\(hint); expected client_ip, route or header:NAME")
             return nil
         }
+    }
+}
+
+extension ConfigNode {
+    /// `priority: header:NAME`: the lower-cased NAME.
+    func priorityHeader() -> String? {
+        guard let value = scalar(expected: "header:NAME") else { return nil }
+        guard let name = headerKeyName(value.text, shown: value.shown) else {
+            error("expected header:NAME (a request header whose value is high, normal or low), got \(value.shown)")
+            return nil
+        }
+        return name.isEmpty ? nil : name
     }
 }
 

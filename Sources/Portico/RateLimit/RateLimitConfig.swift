@@ -62,6 +62,9 @@ public struct RateLimitConfig: Sendable, Equatable {
     public var maxWait: Duration = .seconds(1)
     /// `on_limit: wait`: requests waiting at once; beyond, 429 at once.
     public var maxWaiting: Int = 10_000
+    /// `on_limit: wait`: the request header (lower-cased name) whose value (`high`, `normal`,
+    /// `low`) orders the waiting requests of one bucket; `nil`: first come, first served.
+    public var priorityHeader: String?
 
     /// `burst` defaults to one second's worth of `rate`, rounded up (at least 1).
     public init(rate: Rate, burst: Int? = nil) {

@@ -1,3 +1,5 @@
+import HTTPTypes
+
 extension RateLimitMiddleware {
     public func describe(for request: ExplainedRequest?) -> StepDescription {
         let key = config.key.map(\.description).joined(separator: " + ")
@@ -9,12 +11,17 @@ extension RateLimitMiddleware {
             : "429 rate_limited"
         var settings = "key \(key), \(rate), burst \(config.burst), missing key: \(config.missingKey.rawValue)"
         if waits { settings += ", on limit: wait up to \(config.maxWait.configText), max waiting \(config.maxWaiting)" }
+        if waits, let header = config.priorityHeader { settings += ", priority: header:\(header)" }
         var description = StepDescription(
             settings: settings,
             answersAtOnce: waits ? "429 rate_limited when the token is further away than \(config.maxWait.configText) "
                 + "or \(config.maxWaiting) requests already wait" : "429 rate_limited when the bucket is empty")
         if let request {
-            let over = "; over the limit a request " + overLimit
+            var over = "; over the limit a request " + overLimit
+            if waits, let header = config.priorityHeader {
+                let value = HTTPField.Name(header).flatMap { request.request.headerFields[$0] }
+                over += "; it waits as priority \(WaitPriority(headerValue: value)) (header \(header)): higher priorities go first"
+            }
             if let value = Self.key(for: request.request, parts: config.key, route: request.context.route) {
                 let shown = value.replacingOccurrences(of: "\u{0}", with: " + ")
                 description.action = "takes a token from the bucket of key \"\(shown)\" (\(key)): "

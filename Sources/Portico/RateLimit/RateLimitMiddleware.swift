@@ -7,7 +7,8 @@ import Synchronization
 /// `rate_limited` and `Retry-After` (`on_limit: reject`), or waits for its token
 /// (`on_limit: wait`): first come, first served, on a timer of its own event loop, never past
 /// `max_wait` or its own deadline, with at most `max_waiting` requests waiting at once. A
-/// request whose wait would be longer is refused at once, never after waiting. Every response
+/// request whose wait would be longer is refused at once, never after waiting. With `priority`,
+/// a bucket's waiters go higher priority first (`PriorityLine`). Every response
 /// (errors included) carries the IETF `RateLimit-Policy` and `RateLimit` headers unless
 /// `headers: false`. Place it outside caching and retries, so a client is charged once per
 /// request, however the request is served.
@@ -19,6 +20,8 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
     /// Requests waiting for their token now; carried over by a reload that keeps the store.
     public let queue: RateLimitQueue
     private let policyValue: String
+    /// `priority: header:NAME`'s field.
+    private let priorityField: HTTPField.Name?
 
     /// Tokens rate limiters took while the request was being tried for an answer at once, by
     /// middleware name, for the task that then finishes it (so it is charged once).
@@ -42,6 +45,7 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         self.store = store ?? InMemoryRateLimitStore(policy: policy, maxKeys: config.maxKeys)
         self.queue = queue ?? RateLimitQueue(middleware: name)
         self.policyValue = RateLimitHeaders.policy(name: name, policy: policy)
+        self.priorityField = config.onLimit == .wait ? config.priorityHeader.flatMap { HTTPField.Name($0) } : nil
     }
 
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
@@ -54,11 +58,16 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
             let key = try bucketKey(for: request, context: context)
             let patience = self.patience(context)
             let reserved = try await store.acquire(key, at: context.clock.now, maxWait: patience)
-            try check(reserved, patience: patience, context: context)
-            if reserved.wait > .zero {
-                try await wait(for: reserved, key: key, context: context)
+            if let priorityField, patience > .zero, !reserved.allowed || reserved.wait > .zero {
+                let priority = WaitPriority(headerValue: request.headerFields[priorityField])
+                decision = try await waitInLine(reserved, key: key, priority: priority, patience: patience, context: context)
+            } else {
+                try check(reserved, patience: patience, context: context)
+                if reserved.wait > .zero {
+                    try await wait(for: reserved, key: key, context: context)
+                }
+                decision = reserved
             }
-            decision = reserved
         }
         try check(decision, patience: .zero, context: context)
         do {
@@ -80,6 +89,8 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         let key = try bucketKey(for: request, context: context)
         let patience = self.patience(context)
         guard let decision = store.acquireImmediately(key, at: context.clock.now, maxWait: patience) else { return nil }
+        // With priorities a refused request may still take a lower one's turn: `handle` tries.
+        if !decision.allowed, priorityField != nil, patience > .zero { return nil }
         try check(decision, patience: patience, context: context)
         if decision.wait > .zero {
             store.cancelImmediately(key, reservation: decision, at: context.clock.now)
@@ -123,6 +134,49 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         let waited = start.duration(to: context.clock.now)
         queue.record(waited: waited)
         context.stats.update { $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms")) }
+    }
+
+    /// Waits for a turn in the bucket's priority line (`PriorityLine`): the store's reservation,
+    /// or a lower-priority waiter's when the store had none within `patience`. Returns the
+    /// decision the request goes with; throws the 429 when it gets no turn, or was displaced
+    /// while waiting by a higher-priority request.
+    private func waitInLine(_ reserved: RateLimitDecision, key: String, priority: WaitPriority, patience: Duration,
+                            context: RequestContext) async throws -> RateLimitDecision {
+        let start = context.clock.now
+        let owned = reserved.allowed
+        guard queue.enter(limit: config.maxWaiting) else {
+            if owned { await store.cancel(key, reservation: reserved, at: context.clock.now) }
+            throw refusal(.queueFull, retryAfter: owned ? reserved.wait : reserved.retryAfter, decision: reserved, context: context)
+        }
+        defer { queue.leave() }
+        guard let place = queue.line.join(key: key, priority: priority, turn: owned ? start.advanced(by: reserved.wait) : nil,
+                                          deadline: start.advanced(by: patience)) else {
+            throw refusal(.waitTooLong, retryAfter: reserved.retryAfter, decision: reserved, context: context)
+        }
+        defer { queue.line.leave(place) }
+        while true {
+            guard let turn = queue.line.turn(of: place) else {
+                // Its turn went to a higher-priority request, which goes with its reservation.
+                throw refusal(.displaced, retryAfter: config.rate.per / config.rate.count, decision: reserved, context: context)
+            }
+            if context.clock.now >= turn { break }
+            do {
+                try await LoopTimer.sleep(until: turn, clock: context.clock, interrupt: place.interrupt)
+            } catch {
+                await store.cancel(key, reservation: reserved, at: context.clock.now)
+                throw error
+            }
+        }
+        let waited = start.duration(to: context.clock.now)
+        queue.record(waited: waited)
+        context.stats.update {
+            $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms"))
+            $0.extra.append(("ratelimit_priority", priority.description))
+        }
+        guard !owned else { return RateLimitDecision(allowed: true, remaining: reserved.remaining, resetAfter: reserved.resetAfter,
+                                                     retryAfter: .zero) }
+        // A turn taken over: the bucket is as empty as the refusal said.
+        return RateLimitDecision(allowed: true, remaining: 0, resetAfter: reserved.resetAfter, retryAfter: .zero)
     }
 
     /// The request's bucket; throws when the key is missing and `missing_key: reject`.

@@ -9,6 +9,8 @@ import Synchronization
 public final class RateLimitQueue: Sendable {
     public let middleware: String
     private let waiting = Atomic<Int>(0)
+    /// Who goes first among the waiters of one bucket, with `priority:`.
+    let line = PriorityLine()
     /// `portico_ratelimit_waiting{middleware}`: requests waiting now.
     private let depth: Meter
     /// `portico_ratelimit_wait_seconds{middleware}`: how long requests that waited waited.
@@ -54,4 +56,7 @@ public enum RateLimitRefusal: String, Sendable, CaseIterable {
     case queueFull = "queue_full"
     /// A `quota` middleware's allocation is spent (counted by `QuotaMiddleware`).
     case quota
+    /// While it waited, a higher-priority request took its turn (`priority:`, every turn within
+    /// the newcomer's wait taken).
+    case displaced
 }
