@@ -1,0 +1,103 @@
+import Foundation
+import HTTPTypes
+
+/// One scope's learned budget: what the provider said remains, until when, the windows'
+/// reservations and what is in flight. Changed only under its shard's lock (`ProviderLimiter.update`).
+extension ProviderLimiter {
+    struct Budget {
+        var remaining: Int?
+        var reset: ContinuousClock.Instant?
+        var limit: Int?
+        /// The provider's window: what it said (`RateLimit-Policy`'s `w`), else the longest
+        /// reset it has announced (a window's first answer announces about all of it).
+        var window: Duration?
+        var windowSaid = false
+        /// `limit` is this gateway's guess, the provider never having said one (it sends only
+        /// `Retry-After`): what it served in the window it refused in (counting the answers of
+        /// requests already on their way then), raised a tenth after four windows in a row
+        /// filled without a refusal, so a guess too low grows and one too high meets a 429.
+        var limitGuessed = false
+        /// Successful answers in this window (or, before a first guess, since the start), for that guess.
+        var servedInWindow = 0
+        /// Requests in flight when the provider refused: their successes still count.
+        var lateAnswers = 0
+        /// The provider refused in the current window; windows filled without a refusal in a row.
+        var refusedInWindow = false
+        var filledWindows = 0
+        var hold: ContinuousClock.Instant?
+        var inFlight = 0
+        var waiting = 0
+        /// The provider's windows are numbered as they pass: a reservation names the window
+        /// it holds a slot in, not an instant, so a reset estimate that moves (every answer
+        /// refines it) moves the reservations with it instead of sending them early.
+        var windowNumber = 0
+        /// Reservations by the window they hold a slot in (windows still to come), at most
+        /// `limit` in each; a slot given up is free for the next arrival. Bounded: a reservation
+        /// further than `max_wait` ahead is given up at once.
+        var booked: [Int: Int] = [:]
+        /// Reservations in the current window not yet claimed: this window's budget is theirs
+        /// first, so neither a new arrival nor a provider's count taken before they went
+        /// spends it.
+        var due = 0
+        var lastUsed: ContinuousClock.Instant
+
+        /// The provider's window ended: its quota (when known) is the budget again, first for
+        /// the requests that reserved a slot in it.
+        mutating func roll(at now: ContinuousClock.Instant) {
+            if let hold, now >= hold { self.hold = nil }
+            while let reset, now >= reset {
+                guard limit != nil else {
+                    remaining = nil
+                    booked = [:]
+                    due = 0
+                    self.reset = nil
+                    return
+                }
+                nextWindow()
+                if let window, window > .zero {
+                    self.reset = reset.advanced(by: window)
+                } else {
+                    self.reset = nil
+                }
+            }
+        }
+
+        /// A new window of the provider's: its reservations become due (any of the last window's
+        /// still unclaimed are late, and no longer hold its budget).
+        mutating func nextWindow() {
+            guard var limit else { return }
+            if limitGuessed, remaining == 0, !refusedInWindow {
+                filledWindows += 1
+                if filledWindows >= 4 {
+                    limit += max(1, limit / 10)
+                    self.limit = limit
+                    filledWindows = 0
+                }
+            } else if refusedInWindow {
+                filledWindows = 0
+            }
+            refusedInWindow = false
+            servedInWindow = 0
+            windowNumber += 1
+            due = booked.removeValue(forKey: windowNumber) ?? 0
+            remaining = max(0, limit - due)
+        }
+
+        /// A slot in the first window to come that has one.
+        mutating func book(limit: Int) -> Int {
+            var number = windowNumber + 1
+            while booked[number, default: 0] >= limit { number += 1 }
+            booked[number, default: 0] += 1
+            return number
+        }
+
+        /// When reserved window `number` is expected to begin.
+        func start(ofWindow number: Int) -> ContinuousClock.Instant? {
+            guard let reset else { return nil }
+            guard number > windowNumber + 1, let window else { return reset }
+            return reset.advanced(by: window * (number - windowNumber - 1))
+        }
+
+        var idle: Bool { inFlight == 0 && waiting == 0 && booked.isEmpty && due == 0 }
+    }
+}
