@@ -14,11 +14,14 @@ public final class CredentialStore: Sendable {
     /// A provider and how many stores hold it.
     final class Handle: Sendable {
         let config: CredentialConfig
+        /// The settings of the store its token is shared on: a changed store is a new provider.
+        let storeConfig: StoreConfig?
         let provider: any CredentialProvider
         private let owners = OwnerCount()
 
-        init(config: CredentialConfig, provider: any CredentialProvider) {
+        init(config: CredentialConfig, storeConfig: StoreConfig?, provider: any CredentialProvider) {
             self.config = config
+            self.storeConfig = storeConfig
             self.provider = provider
         }
 
@@ -33,19 +36,27 @@ public final class CredentialStore: Sendable {
     private let released = Mutex(false)
 
     /// Builds providers for `credentials`, reusing `previous`'s for unchanged configurations.
+    /// `stores`: where credentials with `store:` share their token.
     public init(credentials: [String: CredentialConfig], previous: CredentialStore? = nil,
-                logger: Logger, clock: any GatewayClock = SystemClock(),
+                stores: RateLimitStores = RateLimitStores(), logger: Logger, clock: any GatewayClock = SystemClock(),
                 tokenOptions: TokenManager.Options = TokenManager.Options()) throws {
         var handles: [String: Handle] = [:]
         do {
             for name in credentials.keys.sorted() {
                 let config = credentials[name]!
-                if let old = previous?.handles[name], old.config == config, old.retain() {
+                let backend = try config.store.map { storeName in
+                    guard let backend = stores.backend(named: storeName) else {
+                        throw BuildError(description: "credential \(name): unknown store \"\(storeName)\"")
+                    }
+                    return backend
+                }
+                if let old = previous?.handles[name], old.config == config, old.storeConfig == backend?.config, old.retain() {
                     handles[name] = old
                     continue
                 }
-                let provider = try Self.makeProvider(name: name, config, logger: logger, clock: clock, tokenOptions: tokenOptions)
-                handles[name] = Handle(config: config, provider: provider)
+                let provider = try Self.makeProvider(name: name, config, backend: backend, logger: logger, clock: clock,
+                                                     tokenOptions: tokenOptions)
+                handles[name] = Handle(config: config, storeConfig: backend?.config, provider: provider)
             }
         } catch {
             Self.release(Array(handles.values))
@@ -54,10 +65,11 @@ public final class CredentialStore: Sendable {
         self.handles = handles
     }
 
-    public convenience init(config: PorticoConfig, previous: CredentialStore? = nil, logger: Logger,
+    public convenience init(config: PorticoConfig, previous: CredentialStore? = nil,
+                            stores: RateLimitStores = RateLimitStores(), logger: Logger,
                             clock: any GatewayClock = SystemClock(),
                             tokenOptions: TokenManager.Options = TokenManager.Options()) throws {
-        try self.init(credentials: config.credentials, previous: previous, logger: logger, clock: clock,
+        try self.init(credentials: config.credentials, previous: previous, stores: stores, logger: logger, clock: clock,
                       tokenOptions: tokenOptions)
     }
 
@@ -98,8 +110,15 @@ public final class CredentialStore: Sendable {
         }
     }
 
-    static func makeProvider(name: String, _ config: CredentialConfig, logger: Logger, clock: any GatewayClock,
-                             tokenOptions: TokenManager.Options) throws -> any CredentialProvider {
+    static func makeProvider(name: String, _ config: CredentialConfig, backend: RedisBucketStore? = nil, logger: Logger,
+                             clock: any GatewayClock, tokenOptions: TokenManager.Options) throws -> any CredentialProvider {
+        /// The token endpoint, or the store in front of it when the token is shared.
+        func source(_ client: TokenEndpointClient, _ oauth: OAuth2Config) -> any TokenSource {
+            guard let backend, let keys = config.encryptionKeys else { return client }
+            return SharedTokenSource(credential: name, inner: client, backend: backend, keys: keys,
+                                     identity: SharedTokenSource.identity(of: oauth), clock: clock, timeout: config.timeout,
+                                     defaultLifetime: config.defaultLifetime, logger: logger)
+        }
         switch config.kind {
         case .staticHeader(let header, let value):
             guard let provider = StaticHeaderProvider(name: name, header: header, value: value) else {
@@ -112,13 +131,13 @@ public final class CredentialStore: Sendable {
             let tokenOptions = tokenOptions.backingOff(base: config.backoffBase, cap: config.backoffCap)
             let client = TokenEndpointClient(config: oauth, grant: .clientCredentials, timeout: config.timeout)
             return OAuth2CredentialProvider(manager: TokenManager(
-                name: name, source: client, clock: clock, refreshBeforeExpiry: config.refreshBeforeExpiry,
+                name: name, source: source(client, oauth), clock: clock, refreshBeforeExpiry: config.refreshBeforeExpiry,
                 defaultLifetime: config.defaultLifetime, timeout: config.timeout, options: tokenOptions, logger: logger))
         case .oauth2RefreshToken(let oauth, let refreshToken):
             let tokenOptions = tokenOptions.backingOff(base: config.backoffBase, cap: config.backoffCap)
             let client = TokenEndpointClient(config: oauth, grant: .refreshToken, timeout: config.timeout)
             return OAuth2CredentialProvider(manager: TokenManager(
-                name: name, source: client, clock: clock, refreshBeforeExpiry: config.refreshBeforeExpiry,
+                name: name, source: source(client, oauth), clock: clock, refreshBeforeExpiry: config.refreshBeforeExpiry,
                 defaultLifetime: config.defaultLifetime, timeout: config.timeout, refreshToken: refreshToken,
                 options: tokenOptions, logger: logger))
         }

@@ -5,8 +5,18 @@ import Metrics
 public protocol TokenSource: Sendable {
     /// One token call. `refreshToken` is the latest refresh token known (refresh grant only).
     func fetch(refreshToken: String?) async throws(TokenEndpointError) -> TokenResponse
+    /// One token call to replace `replacing`: the token the manager holds and wants to refresh,
+    /// or the one an upstream just rejected (`nil`: it holds none). A source that can hand out
+    /// a token another replica fetched (`SharedTokenSource`) must not hand out that one again.
+    func fetch(refreshToken: String?, replacing: String?) async throws(TokenEndpointError) -> TokenResponse
     /// Cancels calls in flight; called once when the manager shuts down.
     func shutdown()
+}
+
+extension TokenSource {
+    public func fetch(refreshToken: String?, replacing: String?) async throws(TokenEndpointError) -> TokenResponse {
+        try await fetch(refreshToken: refreshToken)
+    }
 }
 
 extension TokenEndpointClient: TokenSource {
@@ -103,6 +113,9 @@ public actor TokenManager {
     private var nextAttempt: ContinuousClock.Instant?
     private var lastError: TokenEndpointError?
     private var lastRefresh: ContinuousClock.Instant?
+    /// The token an upstream rejected last, until a refresh replaces it: a shared store must
+    /// not hand it back.
+    private var rejected: String?
     private var isShutDown = false
 
     // Created once per manager: handles are not free and the labels never change.
@@ -154,6 +167,7 @@ public actor TokenManager {
     public func invalidate(token: String) {
         guard let current, current.value == token else { return }
         self.current = nil
+        rejected = token
         // A rejected token says nothing about the IdP: the next caller may refresh at once.
         nextAttempt = nil
     }
@@ -194,9 +208,10 @@ public actor TokenManager {
         let started = clock.now
         let deadline = started.advanced(by: timeout)
         let refreshToken = refreshToken
+        let replacing = current?.value ?? rejected
         let task = Task<AccessToken, any Error> {
             let result = await Self.traced(credential: self.name) {
-                await Self.fetch(source, refreshToken: refreshToken, clock: clock, deadline: deadline)
+                await Self.fetch(source, refreshToken: refreshToken, replacing: replacing, clock: clock, deadline: deadline)
             }
             return try self.complete(result, started: started)
         }
@@ -205,12 +220,12 @@ public actor TokenManager {
     }
 
     /// One token call raced against the deadline on the injected clock.
-    private static func fetch(_ source: any TokenSource, refreshToken: String?, clock: any GatewayClock,
+    private static func fetch(_ source: any TokenSource, refreshToken: String?, replacing: String?, clock: any GatewayClock,
                               deadline: ContinuousClock.Instant) async -> Result<TokenResponse, TokenEndpointError> {
         await withTaskGroup(of: Result<TokenResponse, TokenEndpointError>?.self) { group in
             group.addTask {
                 do throws(TokenEndpointError) {
-                    return .success(try await source.fetch(refreshToken: refreshToken))
+                    return .success(try await source.fetch(refreshToken: refreshToken, replacing: replacing))
                 } catch {
                     return .failure(error)
                 }
@@ -250,6 +265,7 @@ public actor TokenManager {
             let token = AccessToken(value: response.accessToken, type: response.tokenType, expiry: expiry,
                                     refreshAt: expiry - min(refreshBeforeExpiry, lifetime / 2))
             current = token
+            rejected = nil
             if let rotated = response.refreshToken { refreshToken = rotated }
             failures = 0
             nextAttempt = nil

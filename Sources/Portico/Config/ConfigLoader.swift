@@ -92,7 +92,7 @@ public enum ConfigLoader {
             }
         }
         for entry in credentials?.entries ?? [] {
-            if let section = entry.value.mapping(), let credential = CredentialConfig.parse(section) {
+            if let section = entry.value.mapping(), let credential = CredentialConfig.parse(section, names: names) {
                 config.credentials[entry.key] = credential
             }
         }

@@ -252,6 +252,9 @@ public enum ConfigSchema {
         key("timeout", .duration(positive: true), "One call to the token endpoint; default 10s."),
         key("backoff_base", .duration(positive: true), "While the IdP fails, the nth retry waits a random part of min(backoff_cap, backoff_base*2^(n-1)); default 500ms."),
         key("backoff_cap", .duration(positive: true), "Default 30s; not below backoff_base."),
+        key("store", .reference(section: "stores"), "A name under stores: to share the token with every replica (one refresh per fleet); default this process only."),
+        key("encryption_key", .either([.nonEmptyText, .list(.nonEmptyText, unique: true, nonEmpty: true)]),
+            "With store (required): 32 random bytes in base64, or a list (the first seals, all open: rotation)."),
     ]
 
     static let storeTypes: [(type: String, section: Section)] = StoreConfig.supportedTypes.map { ($0, redisStore) }

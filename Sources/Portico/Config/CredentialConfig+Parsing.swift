@@ -1,8 +1,10 @@
+import Foundation
+
 extension CredentialConfig {
     static let supportedTypes = ["static", "basic", "oauth2_client_credentials", "oauth2_refresh_token"]
 
     /// `credentials.NAME`, dispatched on `type:`.
-    static func parse(_ m: ConfigMapping) -> CredentialConfig? {
+    static func parse(_ m: ConfigMapping, names: ConfigNames) -> CredentialConfig? {
         guard let type = m.required("type")?.choice(supportedTypes) else {
             return nil  // keys depend on the type: checking them would only add noise
         }
@@ -15,12 +17,12 @@ extension CredentialConfig {
             kind = parseBasic(m)
         case "oauth2_client_credentials":
             let oauth = OAuth2Config.parse(m)
-            extras = parseTokenTiming(m)
+            extras = parseTokenTiming(m, names: names)
             kind = oauth.map { .oauth2ClientCredentials($0) }
         default:  // "oauth2_refresh_token"
             let oauth = OAuth2Config.parse(m)
             let refreshToken = m.required("refresh_token")?.nonEmptyString()
-            extras = parseTokenTiming(m)
+            extras = parseTokenTiming(m, names: names)
             if let oauth, let refreshToken {
                 kind = .oauth2RefreshToken(oauth, refreshToken: refreshToken)
             } else {
@@ -35,6 +37,8 @@ extension CredentialConfig {
         if let value = extras.timeout { c.timeout = value }
         if let value = extras.backoffBase { c.backoffBase = value }
         if let value = extras.backoffCap { c.backoffCap = value }
+        c.store = extras.store
+        c.encryptionKeys = extras.encryptionKeys
         if c.backoffCap < c.backoffBase {
             let culprit = extras.backoffCap != nil ? m.value("backoff_cap") : m.value("backoff_base")
             culprit?.error("backoff_cap must not be below backoff_base")
@@ -74,11 +78,22 @@ extension CredentialConfig {
         var timeout: Duration?
         var backoffBase: Duration?
         var backoffCap: Duration?
+        var store: String?
+        var encryptionKeys: TokenEncryptionKeys?
     }
 
     /// Token timing keys, only meaningful (and only accepted) for the OAuth2 kinds.
-    private static func parseTokenTiming(_ m: ConfigMapping) -> TokenTiming {
+    private static func parseTokenTiming(_ m: ConfigMapping, names: ConfigNames) -> TokenTiming {
         var result = TokenTiming()
+        m.read("store", into: &result.store) { $0.reference(to: "store", among: names.stores) }
+        m.read("encryption_key", into: &result.encryptionKeys) { $0.encryptionKeys() }
+        if m.value("store") != nil, m.value("encryption_key") == nil {
+            m.value("store")?.error("needs encryption_key: a shared token is a secret, sealed before it is stored "
+                                     + "(32 random bytes in base64, e.g. from `openssl rand -base64 32`)")
+        }
+        if m.value("encryption_key") != nil, m.value("store") == nil {
+            m.value("encryption_key")?.error("applies only with store: NAME (a token shared with the other replicas)")
+        }
         m.read("refresh_before_expiry", into: &result.refreshBeforeExpiry) { $0.duration() }
         m.read("default_lifetime", into: &result.defaultLifetime) { $0.duration(positive: true) }
         m.read("timeout", into: &result.timeout) { $0.duration(positive: true) }
@@ -126,5 +141,36 @@ extension OAuth2Config {
         c.transport = transport
         c.tls = tls
         return c
+    }
+}
+
+extension ConfigNode {
+    /// `encryption_key`: one base64 key of 32 bytes, or a list of them (the first seals, all
+    /// open). Messages give the length, never the value.
+    func encryptionKeys() -> TokenEncryptionKeys? {
+        let nodes: [ConfigNode]
+        if case .sequence = node {
+            guard let items = list(), !items.isEmpty else {
+                error("must list at least one key")
+                return nil
+            }
+            nodes = items
+        } else {
+            nodes = [self]
+        }
+        var keys: [[UInt8]] = []
+        for item in nodes {
+            guard let text = item.scalar(expected: "a base64 key")?.text else { return nil }
+            guard let bytes = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+                item.error("is not base64; expected 32 random bytes in base64 (openssl rand -base64 32)")
+                return nil
+            }
+            guard bytes.count == 32 else {
+                item.error("is \(bytes.count) bytes; an AES-256 key is 32 bytes (openssl rand -base64 32)")
+                return nil
+            }
+            keys.append(Array(bytes))
+        }
+        return TokenEncryptionKeys(keys)
     }
 }

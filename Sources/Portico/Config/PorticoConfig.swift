@@ -222,6 +222,10 @@ public struct CredentialConfig: Sendable, Equatable {
     /// random part (full jitter) of `min(backoffCap, backoffBase·2ⁿ⁻¹)`.
     public var backoffBase: Duration = .milliseconds(500)
     public var backoffCap: Duration = .seconds(30)
+    /// `stores.NAME` where every replica shares the token (OAuth2 kinds); `nil`: this process only.
+    public var store: String?
+    /// Seals the shared token (required with `store`).
+    public var encryptionKeys: TokenEncryptionKeys?
 
     public init(kind: Kind) {
         self.kind = kind

@@ -40,15 +40,17 @@ public final class GatewayRuntime: Sendable {
     /// unchanged middleware their state (cached responses, rate-limit buckets, retry budgets).
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
                             loops: EventLoops = .shared, previous: GatewayRuntime? = nil) throws {
-        let credentials = try CredentialStore(config: config, previous: previous?.credentials, logger: logger, clock: clock)
-        var stores: RateLimitStores?
+        // Stores first: credentials with `store:` share their token there.
+        let stores = try RateLimitStores(stores: config.stores, previous: previous?.stores, logger: logger)
+        var credentials: CredentialStore?
         do {
-            stores = try RateLimitStores(stores: config.stores, previous: previous?.stores, logger: logger)
-            try self.init(config: config, logger: logger, clock: clock, loops: loops, credentials: credentials,
-                          stores: stores!, previous: previous)
+            credentials = try CredentialStore(config: config, previous: previous?.credentials, stores: stores, logger: logger,
+                                              clock: clock)
+            try self.init(config: config, logger: logger, clock: clock, loops: loops, credentials: credentials!,
+                          stores: stores, previous: previous)
         } catch {
-            credentials.discard()
-            stores?.discard()
+            credentials?.discard()
+            stores.discard()
             throw error
         }
     }

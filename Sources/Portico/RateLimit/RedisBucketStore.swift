@@ -176,6 +176,36 @@ public final class RedisBucketStore: Sendable {
         try await call(script, key: key, arguments: arguments)
     }
 
+    /// One command or script call for another feature on this store (shared tokens), timed and
+    /// counted like `take`, with its own `timeout` when the store's is too short for it.
+    func send(_ arguments: [RedisArgument], timeout: Duration? = nil) async throws(RedisError) -> RESPValue {
+        try await observed { () async throws(RedisError) -> RESPValue in
+            try await pool.send(arguments, timeout: timeout.map { .nanoseconds(GatewayMetrics.nanoseconds($0)) })
+        }
+    }
+
+    func evaluate(_ script: RedisScript, keys: [[UInt8]], arguments: [RedisArgument], timeout: Duration?) async throws(RedisError) -> RESPValue {
+        try await observed { () async throws(RedisError) -> RESPValue in
+            try await pool.evaluate(script, keys: keys.map { .bytes($0) }, arguments: arguments,
+                                    timeout: timeout.map { .nanoseconds(GatewayMetrics.nanoseconds($0)) })
+        }
+    }
+
+    private func observed(_ body: () async throws(RedisError) -> RESPValue) async throws(RedisError) -> RESPValue {
+        let start = ContinuousClock.now
+        defer { latency.recordNanoseconds(GatewayMetrics.nanoseconds(start.duration(to: .now))) }
+        do throws(RedisError) {
+            let reply = try await body()
+            if failing.exchange(false, ordering: .relaxed) {
+                logger.notice("rate limit store answering again")
+            }
+            return reply
+        } catch {
+            noteFailure(error)
+            throw error
+        }
+    }
+
     /// One script call, timed and counted like `take`.
     private func call(_ script: RedisScript, key: [UInt8], arguments: [String]) async throws(RedisError) -> RESPValue {
         let start = ContinuousClock.now
