@@ -208,17 +208,8 @@ public final class RedisBucketStore: Sendable {
 
     /// One script call, timed and counted like `take`.
     private func call(_ script: RedisScript, key: [UInt8], arguments: [String]) async throws(RedisError) -> RESPValue {
-        let start = ContinuousClock.now
-        defer { latency.recordNanoseconds(GatewayMetrics.nanoseconds(start.duration(to: .now))) }
-        do throws(RedisError) {
-            let reply = try await pool.evaluate(script, keys: [.bytes(key)], arguments: arguments.map { .string($0) })
-            if failing.exchange(false, ordering: .relaxed) {
-                logger.notice("rate limit store answering again")
-            }
-            return reply
-        } catch {
-            noteFailure(error)
-            throw error
+        try await observed { () async throws(RedisError) -> RESPValue in
+            try await pool.evaluate(script, keys: [.bytes(key)], arguments: arguments.map { .string($0) })
         }
     }
 
