@@ -213,9 +213,21 @@ struct NIOStreamingTests {
             // Not yet: still waiting.
             await clock.waitForSleepers(1)
             clock.advance(by: .seconds(2))
+            // If the watchdog woke while nobody was reading (reads paused: no demand yet), it
+            // looks again one idle period later: move the clock on while the read waits. (The
+            // loaded CI run of 2026-12-02 hung here: the read waited for a clock nobody moved.)
+            let next = Task { () async throws -> ByteBuffer? in try await reader.next() }
+            let done = Atomic<Bool>(false)
+            let watcher = Task { _ = try? await next.value; done.store(true, ordering: .relaxed) }
+            try await Eventually.wait(timeout: .seconds(60), "the waiting read failed") {
+                if done.load(ordering: .relaxed) { return true }
+                if clock.sleeperCount > 0 { clock.advance(by: .seconds(5)) }
+                return false
+            }
+            _ = await watcher.value
             await #expect(throws: GatewayError.self) {
                 do {
-                    _ = try await reader.next()
+                    _ = try await next.value
                 } catch let error as GatewayError {
                     #expect(error.kind == .upstreamTimeout)
                     throw error
