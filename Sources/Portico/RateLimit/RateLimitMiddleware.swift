@@ -131,6 +131,11 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
             await store.cancel(key, reservation: reservation, at: context.clock.now)
             throw error
         }
+        recordWait(since: start, context: context)
+    }
+
+    /// A wait that ended in going: the histogram and the access log's `ratelimit_wait`.
+    private func recordWait(since start: ContinuousClock.Instant, context: RequestContext) {
         let waited = start.duration(to: context.clock.now)
         queue.record(waited: waited)
         context.stats.update { $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms")) }
@@ -167,16 +172,11 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
                 throw error
             }
         }
-        let waited = start.duration(to: context.clock.now)
-        queue.record(waited: waited)
-        context.stats.update {
-            $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms"))
-            $0.extra.append(("ratelimit_priority", priority.description))
-        }
-        guard !owned else { return RateLimitDecision(allowed: true, remaining: reserved.remaining, resetAfter: reserved.resetAfter,
-                                                     retryAfter: .zero) }
-        // A turn taken over: the bucket is as empty as the refusal said.
-        return RateLimitDecision(allowed: true, remaining: 0, resetAfter: reserved.resetAfter, retryAfter: .zero)
+        recordWait(since: start, context: context)
+        context.stats.update { $0.extra.append(("ratelimit_priority", priority.description)) }
+        // A turn taken over leaves the bucket as empty as the refusal said.
+        return RateLimitDecision(allowed: true, remaining: owned ? reserved.remaining : 0, resetAfter: reserved.resetAfter,
+                                 retryAfter: .zero)
     }
 
     /// The request's bucket; throws when the key is missing and `missing_key: reject`.
