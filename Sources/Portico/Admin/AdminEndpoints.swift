@@ -13,6 +13,7 @@ struct AdminEndpoints: Sendable {
     static let paths: [String: String] = [
         "/": "GET, HEAD", "/metrics": "GET, HEAD", "/healthz": "GET, HEAD", "/readyz": "GET, HEAD",
         "/credentials": "GET", "/routes": "GET", "/upstreams": "GET", "/limits": "GET", "/explain": "GET", "/stats": "GET", "/-/reload": "POST",
+        "/cache/purge": "POST",
     ]
 
     func answer(_ request: ServerRequest) async -> ServerResponse {
@@ -53,6 +54,8 @@ struct AdminEndpoints: Sendable {
         case ("GET", "/stats"):
             let names = gateway.gateway.current.config.routes.map(\.name)
             return Self.json(200, sampler.report(routeNames: names, lastReload: gateway.lastReload))
+        case ("POST", "/cache/purge"):
+            return await CachePurgeEndpoint(runtime: gateway.gateway.current).answer(request.body)
         case ("POST", "/-/reload"):
             do {
                 try gateway.reloadFromFile()
@@ -62,7 +65,7 @@ struct AdminEndpoints: Sendable {
             }
         default:
             guard let allow = Self.paths[path] else {
-                return Self.text(404, "not found: try /, /metrics, /healthz, /readyz, /credentials, /routes, /upstreams, /limits, /explain, /stats or POST /-/reload\n")
+                return Self.text(404, "not found: try /, /metrics, /healthz, /readyz, /credentials, /routes, /upstreams, /limits, /explain, /stats, POST /-/reload or POST /cache/purge\n")
             }
             var response = Self.text(405, "method not allowed\n")
             response.headers.append(("Allow", allow))

@@ -51,11 +51,6 @@ final class SharedTokenSource: TokenSource {
         end
         return 0
         """)
-    /// Frees the lease if it is still the caller's. KEYS[1] the lease; ARGV[1] the fence.
-    static let releaseScript = RedisScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-        return 0
-        """)
 
     let credential: String
     private let inner: any TokenSource
@@ -161,7 +156,7 @@ final class SharedTokenSource: TokenSource {
                 // The holder before may have written and freed the lease between the read above
                 // and this: read once more while holding it.
                 if let record = try await read(), record.accessToken != replacing, let response = usable(record) {
-                    _ = try await backend.evaluate(Self.releaseScript, keys: [leaseKey], arguments: [.string(fence)], timeout: commandTimeout)
+                    try await releaseLease(fence)
                     return .shared(response)
                 }
                 return .leased(fence)
@@ -188,7 +183,7 @@ final class SharedTokenSource: TokenSource {
             response = try await inner.fetch(refreshToken: refreshToken)
         } catch {
             // Another replica may try at once; each backs off on its own schedule.
-            _ = try? await backend.evaluate(Self.releaseScript, keys: [leaseKey], arguments: [.string(fence)], timeout: commandTimeout)
+            try? await releaseLease(fence)
             throw error
         }
         count(.fetched)
@@ -210,6 +205,12 @@ final class SharedTokenSource: TokenSource {
                            metadata: ["credential": "\(credential)", "error": "\(String(describing: error))"])
         }
         return response
+    }
+
+    /// Frees the lease if it is still this replica's.
+    private func releaseLease(_ fence: String) async throws(RedisError) {
+        _ = try await backend.evaluate(RedisBucketStore.compareAndDeleteScript, keys: [leaseKey], arguments: [.string(fence)],
+                                       timeout: commandTimeout)
     }
 
     private func takeLease(_ fence: String) async throws(RedisError) -> Bool {

@@ -26,6 +26,13 @@ public struct CacheConfig: Sendable, Equatable {
     public var targetedCacheControl: [HTTPField.Name] = []
     /// Also send `X-Cache: HIT|MISS|STALE|REVALIDATED|BYPASS` (besides `Cache-Status`).
     public var xCache: Bool = false
+    /// `stores.NAME`: a second tier on Redis shared by every replica (`SharedCacheTier`).
+    public var store: String?
+    /// Responses with larger bodies stay in this replica's memory only.
+    public var maxEntryBytes: Int = 1 << 20
+    /// How long a replica waits for the one fetching a missing key for the fleet, before it
+    /// fetches the key itself.
+    public var storeWait: Duration = .seconds(1)
 
     public init() {}
 }

@@ -4,12 +4,33 @@ struct CacheKind: MiddlewareKind {
     let typeName = "cache"
 
     func parse(_ section: ConfigMapping, names: ConfigNames) -> CacheConfig? {
-        CacheConfig.parse(section)
+        CacheConfig.parse(section, names: names)
     }
 
     func make(name: String, settings: CacheConfig, previous: CacheMiddleware?,
-              context: MiddlewareBuildContext) -> CacheMiddleware {
-        CacheMiddleware(name: name, settings, store: previous?.store, metrics: previous?.metrics)
+              context: MiddlewareBuildContext) throws -> CacheMiddleware {
+        let old = previous?.store as? TieredCacheStore
+        guard let storeName = settings.store else {
+            return CacheMiddleware(name: name, settings, store: old?.memory ?? previous?.store, metrics: previous?.metrics)
+        }
+        guard let backend = context.stores.backend(named: storeName) else {
+            throw GatewayRuntime.BuildError(description: "middleware \(name): unknown store \"\(storeName)\"")
+        }
+        let metrics = previous?.metrics ?? CacheMetrics(cache: name)
+        // The same client (an unchanged store): keep both tiers; another one: keep the memory.
+        let store: TieredCacheStore
+        if let old, old.fleet.backend === backend {
+            store = old
+        } else {
+            let memory = old?.memory ?? (previous?.store as? InMemoryCacheStore) ?? InMemoryCacheStore(maxBytes: settings.maxBytes)
+            let fleet = SharedCacheTier(cache: name, backend: backend, maxEntryBytes: settings.maxEntryBytes,
+                                        peerWait: settings.storeWait,
+                                        defaultStaleWindow: max(settings.staleWhileRevalidate, settings.staleIfError),
+                                        logger: context.logger)
+            store = TieredCacheStore(memory: memory, fleet: fleet, clock: context.clock)
+        }
+        let feed = CacheInvalidationFeed(tier: store.fleet, memory: store.memory, metrics: metrics, logger: context.logger)
+        return CacheMiddleware(name: name, settings, store: store, metrics: metrics, feed: feed)
     }
 }
 

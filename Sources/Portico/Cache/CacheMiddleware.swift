@@ -28,8 +28,16 @@ public struct CacheMiddleware: ImmediateMiddleware {
     let coalescer: RequestCoalescer
     let refresher: BackgroundRefresher
     let metrics: CacheMetrics
+    /// The fleet tier (`store:`), below the memory tier; `nil` without one.
+    let tiers: TieredCacheStore?
+    /// Other replicas' invalidations, applied to this memory tier while the runtime serves.
+    let feed: CacheInvalidationFeed?
 
     public init(name: String, _ config: CacheConfig, store: (any CacheStore)? = nil, metrics: CacheMetrics? = nil) {
+        self.init(name: name, config, store: store, metrics: metrics, feed: nil)
+    }
+
+    init(name: String, _ config: CacheConfig, store: (any CacheStore)?, metrics: CacheMetrics?, feed: CacheInvalidationFeed?) {
         self.name = name
         self.config = config
         policy = CachePolicy(config)
@@ -37,10 +45,18 @@ public struct CacheMiddleware: ImmediateMiddleware {
         coalescer = RequestCoalescer(limit: config.maxInFlight)
         refresher = BackgroundRefresher(limit: config.maxInFlight)
         self.metrics = metrics ?? CacheMetrics(cache: name)
+        tiers = store as? TieredCacheStore
+        self.feed = feed
+    }
+
+    /// Starts following the fleet's invalidations; called once the runtime is built.
+    func start() {
+        feed?.start()
     }
 
     /// Cancels background refreshes and waits for them; called when the runtime is retired.
     public func shutdown() async {
+        await feed?.stop()
         await refresher.shutdown()
     }
 
@@ -85,8 +101,19 @@ public struct CacheMiddleware: ImmediateMiddleware {
         }
 
         let now = context.clock.now
-        let found = lookup(request, at: now)
+        var found = lookup(request, at: now)
         if let response = answerFromStore(found, to: request, context: context, at: now) { return response }
+        if let tiers, !found.directives.noCache {
+            // Not in this replica's memory: another replica may have stored it.
+            if await consultFleet(tiers, key: found.key, context: context) {
+                found = lookup(request, at: now)
+                if let response = answerFromStore(found, to: request, context: context, at: now) {
+                    tiers.fleet.count(.hit)
+                    return response
+                }
+            }
+            tiers.fleet.count(.miss)
+        }
         let (key, directives) = (found.key, found.directives)
         var reason: CacheStatus.Forward = found.variantCount == 0 ? .uriMiss : .varyMiss
         if let selected = found.selected {
@@ -192,9 +219,29 @@ public struct CacheMiddleware: ImmediateMiddleware {
             return try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
                                      context: context, next: next).response
         case .leader(let flight):
+            var lease: String?
+            if let tiers, stored == nil {
+                switch await tiers.fleet.takeLease(key) {
+                case .some(let fence?):
+                    lease = fence
+                case .some(nil):
+                    // Another replica is fetching it for the fleet: wait for its response.
+                    if let entry = await waitForFleet(tiers, request: request, key: key, directives: directives, context: context) {
+                        coalescer.finish(key, flight, .stored(entry))
+                        let status = CacheStatus(.collapsed, forward: reason, forwardStatus: entry.status.code,
+                                                 ttl: entry.ttlSeconds(at: context.clock.now), collapsed: true, detail: "fleet")
+                        return serve(entry, to: request, context: context, validated: true, status: status)
+                    }
+                case .none:
+                    break  // the store did not answer: fetch as without one
+                }
+            }
             do {
                 let result = try await forward(request, key: key, stored: stored, reason: reason, directives: directives,
                                                context: context, next: next)
+                if let lease, let tiers {
+                    releaseUnlessShared(lease, key: key, result: result, tiers: tiers, now: context.clock.now)
+                }
                 if let tee = result.tee {
                     // A streamed response: waiters hear when it is stored, or cannot be.
                     tee.publish(to: coalescer, key: key, flight: flight)
@@ -207,6 +254,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
                 }
                 return result.response
             } catch {
+                if let lease, let tiers { tiers.fleet.releaseLease(key, fence: lease) }
                 coalescer.finish(key, flight, .notShared)
                 throw error
             }
@@ -215,6 +263,67 @@ public struct CacheMiddleware: ImmediateMiddleware {
                                            context: context, next: next)
             if result.uncacheable { coalescer.passed(key, uncacheableAt: context.clock.now) }
             return result.response
+        }
+    }
+
+    // MARK: The fleet tier
+
+    /// Reads the fleet tier for `key` and copies into memory what it has that memory lacks (or
+    /// holds older); whether anything was copied. A store that does not answer in its `timeout`
+    /// is no answer.
+    private func consultFleet(_ tiers: TieredCacheStore, key: String, context: RequestContext) async -> Bool {
+        let now = context.clock.now
+        guard let entries = await tiers.fleet.read(key, now: now, wallNow: context.clock.wallNow), !entries.isEmpty else {
+            return false
+        }
+        let held = tiers.memory.variants(for: key)
+        var copied = false
+        for entry in entries.reversed() {
+            // Freshest last, so it is the first variant memory offers.
+            if let mine = held.first(where: { $0.vary == entry.vary }), mine.age(at: now) <= entry.age(at: now) { continue }
+            metrics.record(tiers.memory.insert(entry))
+            copied = true
+        }
+        return copied
+    }
+
+    /// Waits (polling the store, within `store_wait` and the request's deadline) for the
+    /// replica holding `key`'s lease to store its response; the entry when it did and it
+    /// answers this request, `nil` when the wait ends without one (the lease freed unshared,
+    /// or the time up): the caller then fetches itself.
+    private func waitForFleet(_ tiers: TieredCacheStore, request: GatewayRequest, key: String, directives: RequestDirectives,
+                              context: RequestContext) async -> CacheEntry? {
+        let clock = context.clock
+        let deadline = min(context.deadline, clock.now.advanced(by: tiers.fleet.peerWait))
+        while clock.now < deadline {
+            do {
+                try await clock.sleep(until: min(deadline, clock.now.advanced(by: tiers.fleet.pollInterval)))
+            } catch {
+                return nil
+            }
+            _ = await consultFleet(tiers, key: key, context: context)
+            if let entry = tiers.memory.variants(for: key).first(where: { entry in
+                   entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
+                       && policy.usability(of: entry, for: directives, at: clock.now) == .fresh
+               }) {
+                tiers.fleet.count(.collapsed)
+                return entry
+            }
+            guard await tiers.fleet.leaseHeld(key) else { return nil }
+        }
+        return nil
+    }
+
+    /// Frees the fleet lease of a fetch whose response will not reach the store (a write that
+    /// will be made frees it itself, so waiters never see the lease gone before the entry).
+    private func releaseUnlessShared(_ lease: String, key: String, result: Fetched, tiers: TieredCacheStore,
+                                     now: ContinuousClock.Instant) {
+        if let tee = result.tee {
+            tee.whenDecided { stored in
+                if stored.map({ !tiers.fleet.willWrite($0, now: now) }) ?? true { tiers.fleet.releaseLease(key, fence: lease) }
+            }
+        } else if result.stored.map({ !tiers.fleet.willWrite($0, now: now) }) ?? true {
+            tiers.fleet.releaseLease(key, fence: lease)
         }
     }
 

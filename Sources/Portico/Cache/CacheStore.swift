@@ -220,4 +220,34 @@ public final class InMemoryCacheStore: CacheStore {
             return CacheStoreChange(evictions: 0, storedBytes: state.bytes)
         }
     }
+
+    /// Removes every key whose entries `target` matches (a purge, or an invalidation another
+    /// replica published); returns how many keys went. Walks every key under the lock: an
+    /// operator's purge, not a request's work.
+    @discardableResult
+    public func removeAll(matching target: CachePurgeTarget) -> (removed: Int, change: CacheStoreChange) {
+        if case .key(let key) = target {
+            let change = removeAll(for: key)
+            return (change.changed ? 1 : 0, change)
+        }
+        return removeAll { key, variants in variants.contains { target.matches(key: key, fields: $0.headerFields) } }
+    }
+
+    /// Empties the store (the fleet's invalidations were missed: nothing here can be trusted).
+    @discardableResult
+    public func removeEverything() -> (removed: Int, change: CacheStoreChange) {
+        removeAll { _, _ in true }
+    }
+
+    private func removeAll(where doomed: (String, [CacheEntry]) -> Bool) -> (removed: Int, change: CacheStoreChange) {
+        state.withLock { state in
+            let slots = state.index.values.filter { doomed(state.slots[$0].key, state.slots[$0].variants) }
+            for i in slots { state.remove(i, presence: presence) }
+            if !slots.isEmpty {
+                generation.wrappingAdd(1, ordering: .releasing)
+                bytesAtLastChange.store(state.bytes, ordering: .relaxed)
+            }
+            return (slots.count, CacheStoreChange(evictions: 0, storedBytes: state.bytes, changed: !slots.isEmpty))
+        }
+    }
 }

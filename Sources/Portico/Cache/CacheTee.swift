@@ -35,6 +35,8 @@ final class CacheTee: BodyStage {
         var verdict: Verdict?
         var waiters: Waiters?
         var published = false
+        /// Told the stored entry (or `nil`) once the verdict is known (the fleet lease).
+        var onVerdict: (@Sendable (CacheEntry?) -> Void)?
     }
 
     /// The entry to store, with an empty body.
@@ -91,6 +93,24 @@ final class CacheTee: BodyStage {
         if let verdict { Self.tell(Waiters(coalescer: coalescer, key: key, flight: flight), verdict, clock: clock) }
     }
 
+    /// Calls `action` with the stored entry (`nil`: not stored) once that is known — at once if
+    /// it already is.
+    func whenDecided(_ action: @escaping @Sendable (CacheEntry?) -> Void) {
+        let verdict: Verdict?? = state.withLock { state in
+            guard let verdict = state.verdict else {
+                state.onVerdict = action
+                return .none
+            }
+            return .some(verdict)
+        }
+        if let verdict { action(Self.entry(of: verdict)) }
+    }
+
+    private static func entry(of verdict: Verdict?) -> CacheEntry? {
+        guard case .stored(let entry) = verdict?.outcome else { return nil }
+        return entry
+    }
+
     func process(_ chunk: ByteBuffer) throws(GatewayError) -> ByteBuffer {
         let overLimit = state.withLock { state -> Bool in
             guard !state.stopped else { return false }
@@ -135,14 +155,16 @@ final class CacheTee: BodyStage {
 
     /// Records the first verdict and tells the waiters, if attached.
     private func decide(_ verdict: Verdict) {
-        let waiters: Waiters? = state.withLock { state in
-            guard state.verdict == nil else { return nil }
+        let (waiters, onVerdict): (Waiters?, (@Sendable (CacheEntry?) -> Void)?) = state.withLock { state in
+            guard state.verdict == nil else { return (nil, nil) }
             state.verdict = verdict
-            guard let waiters = state.waiters, !state.published else { return nil }
+            defer { state.onVerdict = nil }
+            guard let waiters = state.waiters, !state.published else { return (nil, state.onVerdict) }
             state.published = true
-            return waiters
+            return (waiters, state.onVerdict)
         }
         if let waiters { Self.tell(waiters, verdict, clock: clock) }
+        onVerdict?(Self.entry(of: verdict))
     }
 
     private static func tell(_ waiters: Waiters, _ verdict: Verdict, clock: any GatewayClock) {

@@ -26,6 +26,12 @@ public struct VaryKey: Sendable, Equatable {
         self.values = self.names.map { Self.normalisedValue(of: $0, in: request) }
     }
 
+    /// A key as stored (the fleet tier's records).
+    init(names: [String], values: [String?]) {
+        self.names = names
+        self.values = values
+    }
+
     /// Whether `request` carries the same values for this key's names.
     public func matches(_ request: HTTPFields) -> Bool {
         for (name, value) in zip(names, values) where Self.normalisedValue(of: name, in: request) != value {

@@ -160,6 +160,8 @@ public final class GatewayRuntime: Sendable {
         self.tracing = tracing
         self.middleware = middleware
         self.caches = middleware.values.compactMap { $0 as? CacheMiddleware }
+        // Built: nothing can fail any more, so tasks that shutdown() stops may start.
+        for cache in caches { cache.start() }
     }
 
     /// Releases upstream connections. Called once no request uses this runtime.

@@ -81,6 +81,13 @@ public final class RedisBucketStore: Sendable {
         return 1
         """)
 
+    /// Deletes a lease only while it still holds the caller's fence (shared tokens, the fleet
+    /// cache). KEYS[1] the lease; ARGV[1] the fence.
+    static let compareAndDeleteScript = RedisScript("""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """)
+
     /// `portico_ratelimit_store_errors_total{store,kind}`.
     static let errors = LabelledCounters("portico_ratelimit_store_errors_total")
 

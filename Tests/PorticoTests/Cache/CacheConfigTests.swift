@@ -54,8 +54,25 @@ struct CacheConfigTests {
         ("targeted_cache_control: [\"CDN Cache\"]", "middleware.c.targeted_cache_control[0]: invalid header name \"CDN Cache\""),
         ("targeted_cache_control: CDN-Cache-Control", "middleware.c.targeted_cache_control: expected a list, got \"CDN-Cache-Control\""),
         ("max_bytez: 1MiB", "middleware.c.max_bytez: unknown key \"max_bytez\" (did you mean \"max_bytes\"?)"),
+        ("store: fleet", "middleware.c.store: unknown store \"fleet\""),
+        ("max_entry_bytes: 64KiB", "middleware.c.max_entry_bytes: applies only with store: NAME (the fleet tier)"),
+        ("store_wait: 2s", "middleware.c.store_wait: applies only with store: NAME (the fleet tier)"),
     ])
     func invalid(line: String, expected: String) {
         #expect(diagnostics("middleware:\n  c:\n    type: cache\n    \(line)\n" + minimalRoute) == ["portico.yaml:4 \(expected)"])
+    }
+
+    @Test("store: a stores entry, with max_entry_bytes and store_wait")
+    func fleetTier() throws {
+        let config = try load("""
+            stores:
+              fleet: { type: redis, url: "redis://127.0.0.1:6379" }
+            middleware:
+              c: { type: cache, store: fleet, max_entry_bytes: 64KiB, store_wait: 3s }
+
+            """ + minimalRoute)
+        let c = try #require(config.middleware["c"]?.settings(as: CacheConfig.self))
+        #expect(c.store == "fleet" && c.maxEntryBytes == 64 << 10 && c.storeWait == .seconds(3))
+        #expect(CacheConfig().store == nil && CacheConfig().maxEntryBytes == 1 << 20 && CacheConfig().storeWait == .seconds(1))
     }
 }
