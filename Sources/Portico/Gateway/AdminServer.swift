@@ -22,7 +22,9 @@ public final class AdminServer: Sendable {
         configuration.threads = 1
         configuration.connectionLimit = 64
         configuration.requestTimeout = .seconds(10)
-        configuration.maxBodyBytes = 0
+        // Only `POST /cache/purge` has a body: a small JSON object.
+        configuration.maxBodyBytes = 16 << 10
+        configuration.bufferedBodyBytes = 16 << 10
         configuration.errorLog = { message in logger.warning("admin libmicrohttpd: \(message)") }
         let sampler = StatsSampler(metricsText: metricsText)
         let endpoints = AdminEndpoints(gateway: gateway, access: AdminAccess(config), metricsText: metricsText,
