@@ -284,7 +284,7 @@ public enum ConfigSchema {
             key("request", .section(headerRules), "Rules applied to the request on its way to the upstream."),
             key("response", .section(headerRules), "Rules applied to the response on its way to the client."),
         ])),
-        ("cache", Section("Shared HTTP cache (RFC 9111) in memory.", [
+        ("cache", Section("Shared HTTP cache (RFC 9111) in memory, and on Redis with store:.", [
             key("max_bytes", .size(minimum: 1024), "All stored responses together; default 64MiB."),
             key("max_object_bytes", .size(), "Larger bodies pass through unstored; at most max_bytes; default 1MiB."),
             key("heuristic_fraction", .percentage, "Last-Modified responses without a lifetime stay fresh this share of their age; default 0%."),
@@ -295,6 +295,9 @@ public enum ConfigSchema {
             key("max_in_flight", .integer(1...1_000_000), "Keys others can wait on, and background refreshes, at once; default 1024."),
             key("x_cache", .boolean, "Also send X-Cache; default false."),
             key("targeted_cache_control", .list(.headerName), "RFC 9213 fields obeyed before Cache-Control, e.g. [CDN-Cache-Control]; default none."),
+            key("store", .reference(section: "stores"), "A name under stores: a second tier on Redis shared by every replica (one fetch per URL for the fleet; invalidations and purges reach all); default memory only."),
+            key("max_entry_bytes", .size(), "With store: larger responses stay in memory only; default 1MiB."),
+            key("store_wait", .duration(positive: true), "With store: how long a replica waits for the one fetching a missing URL for the fleet; default 1s."),
         ])),
         ("compress", Section("gzip responses for clients that accept it.", [
             key("level", .integer(1...9), "zlib level; default 6."),
