@@ -210,11 +210,21 @@ final class SharedCacheTier: Sendable {
         return entries.sorted { $0.age(at: now) < $1.age(at: now) }
     }
 
-    /// How much longer `entry` may serve anyone: its freshness left plus the longest stale window.
+    /// How much longer Redis keeps `entry`: its freshness left plus the longest stale window,
+    /// and for a response with validators (`ETag`, `Last-Modified`) a while longer still —
+    /// `revalidationKeep(of:)` — so that the replica that finds it stale can validate it with a
+    /// `304` instead of fetching it whole, as the memory tier does.
     func timeToLive(_ entry: CacheEntry, at now: ContinuousClock.Instant) -> Duration {
         let f = entry.freshness
         let window = max(f.staleWhileRevalidate ?? defaultStaleWindow, f.staleIfError ?? defaultStaleWindow)
-        return f.lifetime - entry.age(at: now) + (f.mustRevalidate ? .zero : window)
+        let serving = f.lifetime - entry.age(at: now) + (f.mustRevalidate ? .zero : window)
+        return serving + (entry.hasValidators ? Self.revalidationKeep(of: f.lifetime) : .zero)
+    }
+
+    /// A stale response with validators stays its own lifetime again, at least five minutes and
+    /// at most a day: long enough to be validated, bounded so Redis does not fill with the stale.
+    static func revalidationKeep(of lifetime: Duration) -> Duration {
+        min(max(lifetime, .seconds(300)), .seconds(86_400))
     }
 
     // MARK: Writing
