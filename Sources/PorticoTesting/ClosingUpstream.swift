@@ -159,7 +159,7 @@ public enum LoopbackTCP {
 
     /// The state of the socket bound to `localPort` and connected to `remotePort`; `nil`: none.
     public static func state(localPort: Int, remotePort: Int) -> UInt8? {
-        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return nil }
+        guard let table = readWhole("/proc/net/tcp") else { return nil }
         for line in table.split(separator: "\n").dropFirst() {
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
             guard fields.count > 3, port(fields[1]) == localPort, port(fields[2]) == remotePort else { continue }
@@ -172,13 +172,30 @@ public enum LoopbackTCP {
     /// `state` (polled every millisecond), or throws past `timeout`.
     public static func wait(localPort: Int, remotePort: Int, for state: UInt8, timeout: Duration) throws {
         let deadline = ContinuousClock.now.advanced(by: timeout)
-        while Self.state(localPort: localPort, remotePort: remotePort) != state {
+        var seen = Self.state(localPort: localPort, remotePort: remotePort)
+        while seen != state {
             guard ContinuousClock.now < deadline else {
                 throw Eventually.TimedOut(description: "timed out waiting for 127.0.0.1:\(localPort) → :\(remotePort) "
-                                          + "to reach TCP state \(state)")
+                                          + "to reach TCP state \(state) (last seen: \(seen.map(String.init) ?? "none"))")
             }
             usleep(1_000)
+            seen = Self.state(localPort: localPort, remotePort: remotePort)
         }
+    }
+
+    /// A /proc file read to its end: it says its size is 0, and comes a page per read.
+    private static func readWhole(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// `0100007F:1F90` → 8080.

@@ -35,7 +35,7 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
         var asksClose: Bool
         /// The request asks to switch protocols: a 101 ends it with a tunnel.
         var upgrade: Bool
-        /// The connection carried an exchange before this one (set by `execute`): a failure
+        /// The connection carried an exchange to its end before this one (set by `execute`): a failure
         /// before the response's first byte is then a `StaleConnection`.
         var reused = false
     }
@@ -155,11 +155,9 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
     /// With TLS: ready at its handshake's end, not when TCP is up.
     let awaitsHandshake: Bool
     private var state: State
-    /// Exchanges taken so far.
-    private var exchanges = 0
-
-    /// The connection has carried an exchange: the next one is on a reused connection.
-    var isReused: Bool { exchanges > 0 }
+    /// The connection has carried an exchange to its end and was kept: the next one is on a
+    /// reused connection.
+    private(set) var isReused = false
 
     init(awaitsHandshake: Bool) {
         self.awaitsHandshake = awaitsHandshake
@@ -227,7 +225,6 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
         }
         var exchange = exchange
         exchange.reused = isReused
-        exchanges += 1
         state = .awaitingHead(exchange)
         return .send(deadline: deadline)
     }
@@ -304,10 +301,12 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
         case .buffering(let exchange, let head, let body):
             let reusable = head.isKeepAlive && !exchange.asksClose && channelIsActive
             state = reusable ? .idle : .closed(reason: nil, reads: .flowing)
+            if reusable { isReused = true }
             return .respond(exchange.waiter, head, body ?? ByteBuffer(), reusable: reusable)
         case .streaming(let streaming):
             let reusable = streaming.keepAlive && channelIsActive
             state = reusable ? .idle : .closed(reason: nil, reads: .flowing)
+            if reusable { isReused = true }
             return .finishStream(streaming.relay, reusable: reusable, read: streaming.reads == .pausedHoldingRead)
         case .switchingProtocols(let exchange, let head, _):
             state = .upgraded

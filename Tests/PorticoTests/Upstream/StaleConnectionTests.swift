@@ -130,6 +130,7 @@ struct StaleConnectionTests {
         try await withTaskExecutorPreference(loops.executors[0]) {
             #expect(try await outcome(client, .get, "/warm") == "200 GET /warm ")
             // From here to the request's write nothing suspends: the loop reads nothing meanwhile.
+            try #require(loops.loops[0].inEventLoop, "on the client's loop, holding it")
             let ports = server.closeIdle()
             try #require(ports.count == 1, "the one pooled connection closed by the server")
             try LoopbackTCP.wait(localPort: ports[0], remotePort: server.port, for: LoopbackTCP.closeWait, timeout: .seconds(60))
