@@ -306,6 +306,17 @@ struct ConnectionPoolStateMachine<Connection: PoolableConnection, Waiter> {
         return action
     }
 
+    /// A leased connection turned out stale (`StaleConnection`) and its request goes out once
+    /// more: the connection leaves the pool (the caller closes it) and its slot passes to a new
+    /// one being opened (then `connected` or `connectFailed`), so the resend neither waits at
+    /// the cap nor takes an idle connection, which may be as stale. `false`: shut down meanwhile
+    /// (the slot went back with the connection).
+    mutating func replace(_ connection: Connection) -> Bool {
+        guard !isShutDown, open.removeValue(forKey: connection.id) != nil else { return false }
+        connecting += 1
+        return true
+    }
+
     /// A connection leaves the pool for good, open (it switched protocols: `UpstreamTunnel`):
     /// its slot of the cap is given back, as for a closed one, but it is not closed.
     mutating func detach(_ connection: Connection, now: NIODeadline) -> Action {

@@ -107,7 +107,8 @@ struct HTTP1Connection: Sendable {
                     // checked and whose values are made legal when built (measured ~1 µs a request).
                     // `forwardBytes`: what the decoder read past a 101's head goes on to the tunnel's relay.
                     try pipeline.addHTTPClientHandlers(leftOverBytesStrategy: .forwardBytes, enableOutboundHeaderValidation: false)
-                    let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil)
+                    let handler = HTTP1ExchangeHandler(ready: ready, awaitsHandshake: endpoint.tls != nil,
+                                                       peerHasClosed: PeerLiveness.hasClosed)
                     handler.limitHandshake(to: timeout, on: channel.eventLoop, failure: timeoutFailure)
                     try pipeline.addHandler(handler)
                     handlerBox.value = handler
@@ -158,11 +159,12 @@ struct HTTP1Connection: Sendable {
             }
         }
         return try await withTaskCancellationHandler {
-            let response = try await channel.eventLoop.submit {
+            let (sent, response) = try await channel.eventLoop.submit {
                 let promise = channel.eventLoop.makePromise(of: HTTP1Response.self)
-                start(exchange, complete: promise.completeWith)
-                return promise.futureResult
+                return (start(exchange, complete: promise.completeWith), promise.futureResult)
             }.get()
+            // Refused: the body stays unread, so the request can still go out on another connection.
+            guard sent else { return try await response.get() }
             // After the head was queued on the event loop, so the parts follow it.
             Task {
                 do {
@@ -185,13 +187,15 @@ struct HTTP1Connection: Sendable {
         start(exchange, complete: { continuation.resume(with: $0) })
     }
 
-    /// Hands `exchange` to the connection's handler. On the channel's event loop.
-    private func start(_ exchange: HTTP1Exchange, complete: @escaping HTTP1ExchangeHandler.Completion) {
+    /// Hands `exchange` to the connection's handler. On the channel's event loop. `true`: the
+    /// request went out.
+    @discardableResult
+    private func start(_ exchange: HTTP1Exchange, complete: @escaping HTTP1ExchangeHandler.Completion) -> Bool {
         guard let handler = handler.value else {
             complete(.failure(UpstreamError.connectionClosed("pooled connection no longer usable")))
-            return
+            return false
         }
-        handler.execute(exchange, complete: complete)
+        return handler.execute(exchange, complete: complete)
     }
 
     var isActive: Bool { channel.isActive }

@@ -38,6 +38,13 @@ import Synchronization
 /// Connections are kept alive unless either side says otherwise, reused last-in first-out on
 /// their loop, and closed `idleTimeout` after their last use (one sweep timer per loop), or at
 /// `shutdown`.
+///
+/// **A stale connection** (issue #45): a server closes idle keep-alive connections when it likes
+/// (an nginx reload closes them all), and one leased before its loop read the FIN fails with no
+/// byte of a response (`StaleConnection`). Such a request goes out once more, on a new
+/// connection that takes the failed one's slot (never another idle one, as likely stale, and
+/// never behind the cap), within the same deadline: any request found closed before its write,
+/// one that may be sent twice after it (`StaleConnection.allowsResend`); `onResend` counts it.
 final class HTTP1ConnectionPool: Sendable {
     struct Configuration: Sendable {
         var endpoint: HTTP1Connection.Endpoint
@@ -47,6 +54,8 @@ final class HTTP1ConnectionPool: Sendable {
         /// The name of the shared count of this pool's connections (`SharedCap`), as the
         /// confinement test lists it: `upstreams.NAME.max_connections`.
         var capName: String
+        /// A request is sent again after a stale connection (`portico_upstream_stale_retries_total`).
+        var onResend: @Sendable () -> Void = {}
     }
 
     typealias Machine = ConnectionPoolStateMachine<HTTP1Connection, CheckedContinuation<HTTP1Connection?, any Error>>
@@ -74,10 +83,16 @@ final class HTTP1ConnectionPool: Sendable {
     }
 
     /// How long a request may wait for a connection (a free slot, then connecting), and what
-    /// it fails with past that: `connect_timeout`, or the exchange's own deadline if sooner.
+    /// it fails with past that: `connect_timeout` from now, or the exchange's own deadline if sooner.
     private struct Wait {
         var limit: NIODeadline
         var failure: UpstreamError
+
+        init(connectTimeout: Duration, deadline: NIODeadline?) {
+            limit = .now() + TimeAmount(connectTimeout)
+            failure = .connectTimeout
+            if let deadline, deadline < limit { (limit, failure) = (deadline, .timeout) }
+        }
     }
 
     private let configuration: Configuration
@@ -152,31 +167,67 @@ final class HTTP1ConnectionPool: Sendable {
     /// The exchange on `share`'s loop (the caller runs there).
     nonisolated(nonsending) private func execute(_ exchange: HTTP1Exchange, on share: Share) async throws -> HTTP1Response {
         // Waiting for a connection counts as connecting, and stops at the exchange's deadline.
-        var wait = Wait(limit: .now() + TimeAmount(configuration.connectTimeout), failure: .connectTimeout)
-        if let deadline = exchange.deadline, deadline < wait.limit { wait = Wait(limit: deadline, failure: .timeout) }
+        let wait = Wait(connectTimeout: configuration.connectTimeout, deadline: exchange.deadline)
         let connection: HTTP1Connection
         if let pooled = try await lease(wait, on: share) {
             connection = pooled
         } else {
             connection = try await connect(wait, on: share)
         }
+        let response: HTTP1Response
         do {
-            let response = try await connection.execute(exchange)
-            if response.tunnel != nil {
-                // Switched protocols: the connection leaves the pool, open.
-                onLoop(share) { [self] in perform(share.machine.detach(connection, now: .now()), on: share) }
-            } else if let finished = response.finished {
-                // Completed on the connection's loop: the share's.
-                finished.whenComplete { [self] result in
-                    release(connection, reusable: (try? result.get()) ?? false, on: share)
-                }
-            } else {
-                release(connection, reusable: response.reusable, on: share)
+            response = try await connection.execute(exchange)
+        } catch let stale as StaleConnection {
+            guard stale.allowsResend(of: exchange), try await replace(connection, on: share) else {
+                release(connection, reusable: false, on: share)
+                throw stale.failure
             }
-            return response
+            configuration.onResend()
+            return try await resend(exchange, on: share)
         } catch {
             release(connection, reusable: false, on: share)
             throw error
+        }
+        keep(connection, after: response, on: share)
+        return response
+    }
+
+    /// The exchange once more after a stale connection, on a new connection for the slot `replace`
+    /// handed over; the connect and the exchange keep the exchange's deadline.
+    nonisolated(nonsending) private func resend(_ exchange: HTTP1Exchange, on share: Share) async throws -> HTTP1Response {
+        let connection = try await connect(Wait(connectTimeout: configuration.connectTimeout, deadline: exchange.deadline),
+                                           on: share)
+        do {
+            let response = try await connection.execute(exchange)
+            keep(connection, after: response, on: share)
+            return response
+        } catch {
+            release(connection, reusable: false, on: share)
+            // A new connection is never stale (it carried nothing before); as it is, not again.
+            throw (error as? StaleConnection)?.failure ?? error
+        }
+    }
+
+    /// Closes a stale `connection` and hands its slot to a new one; `false`: shut down meanwhile.
+    nonisolated(nonsending) private func replace(_ connection: HTTP1Connection, on share: Share) async throws -> Bool {
+        let replaced = share.loop.inEventLoop ? share.machine.replace(connection)
+            : try await share.loop.submit { share.machine.replace(connection) }.get()
+        connection.close()
+        return replaced
+    }
+
+    /// Gives `connection` back when its response is done with it: at once for a body collected
+    /// whole, at a streamed body's end, never after a protocol switch (it leaves the pool, open).
+    private func keep(_ connection: HTTP1Connection, after response: HTTP1Response, on share: Share) {
+        if response.tunnel != nil {
+            onLoop(share) { [self] in perform(share.machine.detach(connection, now: .now()), on: share) }
+        } else if let finished = response.finished {
+            // Completed on the connection's loop: the share's.
+            finished.whenComplete { [self] result in
+                release(connection, reusable: (try? result.get()) ?? false, on: share)
+            }
+        } else {
+            release(connection, reusable: response.reusable, on: share)
         }
     }
 

@@ -48,13 +48,19 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// The timer the machine asked for: the handshake's limit, then an exchange's deadline (a
     /// callback, not `scheduleTask`: no promise and future made, and dropped, per request).
     private var timer: NIOScheduledCallback?
+    /// Whether the server has closed the connection unread by the loop (`PeerLiveness.hasClosed`
+    /// on a socket); `nil`: never asked.
+    private let peerHasClosed: ((any Channel) -> Bool)?
 
     /// `ready` succeeds once the connection can carry a request; with `awaitsHandshake` that
     /// is after `TLSUserEvent.handshakeCompleted`, otherwise when the channel is active.
-    init(ready: EventLoopPromise<Void>, awaitsHandshake: Bool) {
+    /// `peerHasClosed` is asked on a reused connection before a request that could not be sent
+    /// again once written (`HTTP1Exchange.resendableAfterWrite`).
+    init(ready: EventLoopPromise<Void>, awaitsHandshake: Bool, peerHasClosed: ((any Channel) -> Bool)? = nil) {
         machine = Machine(awaitsHandshake: awaitsHandshake)
         readyPromise = ready
         self.ready = ready.futureResult
+        self.peerHasClosed = peerHasClosed
     }
 
     /// Fails `ready` with `failure` (and closes) if the handshake is not done within `timeout`:
@@ -68,33 +74,44 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
     /// Sends one request; `complete` gets the response (or the failure), once. With a streamed
     /// request body only the head is written here: the caller writes the body parts and the
     /// end, and the connection is not reused afterwards (the response may end before the upload).
-    func execute(_ request: HTTP1Exchange, complete: @escaping Completion) {
+    /// `true`: the request went out (else `complete` has heard why not, and a streamed body is
+    /// untouched).
+    @discardableResult
+    func execute(_ request: HTTP1Exchange, complete: @escaping Completion) -> Bool {
         let head = request.head
         let exchange = Machine.Exchange(waiter: Waiter(complete: complete, makeRelay: request.makeRelay), limit: request.limit,
                                         requestIsHead: request.requestIsHead,
                                         asksClose: !head.isKeepAlive || request.upload != nil || request.upgrade,
                                         upgrade: request.upgrade)
         let context = self.context
-        switch machine.execute(exchange, deadline: request.deadline, channelIsActive: context?.channel.isActive ?? false) {
+        let isActive = context?.channel.isActive ?? false
+        // Only where the answer matters: a request that may go out twice is sent again anyway
+        // if the connection turns out to have closed under it.
+        var peerClosed = false
+        if isActive, machine.isReused, !request.resendableAfterWrite, let peerHasClosed, let channel = context?.channel {
+            peerClosed = peerHasClosed(channel)
+        }
+        switch machine.execute(exchange, deadline: request.deadline, channelIsActive: isActive, peerHasClosed: peerClosed) {
         case .refuse(let waiter, let error):
             waiter.complete(.failure(error))
+            return false
         case .send(let deadline):
             guard let context else {
                 // Not reached: without a context the channel counts as inactive and the request is refused.
                 perform(machine.failed(UpstreamError.connectionClosed("pooled connection no longer usable")))
-                return
+                return false
             }
             if let deadline {
                 do {
                     timer = try context.eventLoop.assumeIsolated().scheduleCallback(at: deadline, handler: self)
                 } catch {
                     perform(machine.failed(error))  // the loop is shutting down
-                    return
+                    return false
                 }
             }
             guard request.upload == nil else {
                 context.writeAndFlush(wrapOutboundOut(.head(head)), promise: nil)
-                return
+                return true
             }
             context.write(wrapOutboundOut(.head(head)), promise: nil)
             if let body = request.body, body.readableBytes > 0 {
@@ -103,6 +120,7 @@ final class HTTP1ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler 
             let written = context.eventLoop.makePromise(of: Void.self)
             written.futureResult.assumeIsolated().whenFailure { [self] error in perform(machine.failed(error)) }
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)
+            return true
         }
     }
 

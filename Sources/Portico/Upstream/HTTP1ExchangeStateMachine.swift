@@ -13,13 +13,16 @@ import NIOHTTP1
 /// the relay's reader is behind), or, for a 101 to an upgrade request, not at all
 /// (`switchingProtocols`, then `upgraded`: the connection leaves its pool for a tunnel) — and
 /// the end says whether the connection may carry another request (`idle`) or not (`closed`).
-/// A failure ends whatever waits and closes the connection.
+/// A failure ends whatever waits and closes the connection. On a reused connection (one that
+/// carried an exchange before), a failure before any byte of the response — the connection found
+/// closed before the write, or ending after it — is a `StaleConnection`, which the pool may send
+/// again on a new connection.
 ///
 /// One timer at a time is asked of the handler: the handshake's limit while `connecting`, then
 /// each exchange's deadline until its head streams or its end (`timerFired`). Every action that
 /// leaves those states stops it.
 ///
-/// Just over 450 lines: one state machine, its events and actions, kept together.
+/// Under 500 lines: one state machine, its events and actions, kept together.
 struct HTTP1ExchangeStateMachine<Waiter, Relay> {
     /// What the machine keeps of a request once it is written.
     struct Exchange {
@@ -32,6 +35,9 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
         var asksClose: Bool
         /// The request asks to switch protocols: a 101 ends it with a tunnel.
         var upgrade: Bool
+        /// The connection carried an exchange to its end before this one (set by `execute`): a failure
+        /// before the response's first byte is then a `StaleConnection`.
+        var reused = false
     }
 
     /// Whether the handler passes the channel's reads on.
@@ -69,6 +75,14 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
         case closed(reason: (any Error)?, reads: Reads)
         /// Only inside a transition, while its state is out of the enum (`takeState`).
         case modifying
+
+        /// Idle, or closed while idle or after an exchange's end.
+        var isBetweenExchanges: Bool {
+            switch self {
+            case .idle, .closed: true
+            case .connecting, .awaitingHead, .buffering, .switchingProtocols, .streaming, .upgraded, .modifying: false
+            }
+        }
 
         /// An exchange is under way (its request written, its response not handed over whole).
         var isExchanging: Bool {
@@ -141,6 +155,9 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
     /// With TLS: ready at its handshake's end, not when TCP is up.
     let awaitsHandshake: Bool
     private var state: State
+    /// The connection has carried an exchange to its end and was kept: the next one is on a
+    /// reused connection.
+    private(set) var isReused = false
 
     init(awaitsHandshake: Bool) {
         self.awaitsHandshake = awaitsHandshake
@@ -190,15 +207,24 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
     // MARK: An exchange
 
     /// A request for this connection; it is taken only when the connection is idle and open.
-    mutating func execute(_ exchange: Exchange, deadline: NIODeadline?, channelIsActive: Bool) -> Start {
-        guard case .idle = state, channelIsActive else {
+    /// `peerHasClosed`: the kernel already has the server's FIN or reset (`PeerLiveness`), which
+    /// the loop has not read yet. Refused on a reused connection, the request is a
+    /// `StaleConnection` found `beforeWrite`: nothing of it went out.
+    mutating func execute(_ exchange: Exchange, deadline: NIODeadline?, channelIsActive: Bool,
+                          peerHasClosed: Bool = false) -> Start {
+        guard case .idle = state, channelIsActive, !peerHasClosed else {
+            var failure: any Error = UpstreamError.connectionClosed("pooled connection no longer usable")
             // A TLS 1.3 server refuses a client certificate after the handshake: its alert can
             // close a new connection before the first request; that reason is the answer.
-            if case .closed(let reason?, _) = state {
-                return .refuse(exchange.waiter, Self.kind(of: reason, afterHead: false, limit: 0))
+            if case .closed(let reason?, _) = state { failure = Self.kind(of: reason, afterHead: false, limit: 0) }
+            // Between exchanges only (never a second request on a busy connection).
+            if isReused, state.isBetweenExchanges, let failure = failure as? UpstreamError {
+                return .refuse(exchange.waiter, StaleConnection(moment: .beforeWrite, failure: failure))
             }
-            return .refuse(exchange.waiter, UpstreamError.connectionClosed("pooled connection no longer usable"))
+            return .refuse(exchange.waiter, failure)
         }
+        var exchange = exchange
+        exchange.reused = isReused
         state = .awaitingHead(exchange)
         return .send(deadline: deadline)
     }
@@ -275,10 +301,12 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
         case .buffering(let exchange, let head, let body):
             let reusable = head.isKeepAlive && !exchange.asksClose && channelIsActive
             state = reusable ? .idle : .closed(reason: nil, reads: .flowing)
+            if reusable { isReused = true }
             return .respond(exchange.waiter, head, body ?? ByteBuffer(), reusable: reusable)
         case .streaming(let streaming):
             let reusable = streaming.keepAlive && channelIsActive
             state = reusable ? .idle : .closed(reason: nil, reads: .flowing)
+            if reusable { isReused = true }
             return .finishStream(streaming.relay, reusable: reusable, read: streaming.reads == .pausedHoldingRead)
         case .switchingProtocols(let exchange, let head, _):
             state = .upgraded
@@ -381,7 +409,7 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
             return fail(UpstreamError.connectFailed("connection closed during the TLS handshake"),
                         from: .connecting(handshakeFailure: failure))
         case .awaitingHead(let exchange):
-            return fail(UpstreamError.connectionClosed("remote closed the connection"), from: .awaitingHead(exchange))
+            return fail(Self.remoteClosed, from: .awaitingHead(exchange))
         case let busy where busy.isExchanging:
             return fail(UpstreamError.connectionClosed("closed before the body was complete"), from: busy)
         case .idle:
@@ -413,7 +441,13 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
             return .fail(.ready(Self.kind(of: error, afterHead: false, limit: 0)))
         case .awaitingHead(let exchange):
             state = .closed(reason: nil, reads: .flowing)
-            return .fail(.waiter(exchange.waiter, Self.kind(of: error, afterHead: false, limit: exchange.limit)))
+            let failure = Self.kind(of: error, afterHead: false, limit: exchange.limit)
+            // No byte of the response came (a head would have moved on; a partial one fails the
+            // parser instead): the connection ended under a request written on a reused connection.
+            if exchange.reused, Self.endsConnection(error), let failure = failure as? UpstreamError {
+                return .fail(.waiter(exchange.waiter, StaleConnection(moment: .afterWrite, failure: failure)))
+            }
+            return .fail(.waiter(exchange.waiter, failure))
         case .buffering(let exchange, _, _):
             state = .closed(reason: nil, reads: .flowing)
             return .fail(.waiter(exchange.waiter, Self.kind(of: error, afterHead: true, limit: exchange.limit)))
@@ -454,5 +488,15 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
     /// The `UpstreamError` for `error` (`NIOUpstream.classify`); cancellation as is.
     static func kind(of error: any Error, afterHead: Bool, limit: Int) -> any Error {
         NIOUpstream.classify(error, afterHead: afterHead, limit: limit) ?? error
+    }
+
+    /// What `channelInactive` fails an exchange waiting for its head with.
+    static var remoteClosed: UpstreamError { .connectionClosed("remote closed the connection") }
+
+    /// `error` ended the connection itself (EOF, reset, broken pipe), not the exchange's bytes.
+    /// A reset after part of a head is taken for one too: the decoder holds those bytes unseen,
+    /// and nginx likewise retries an idempotent request whose response header failed to arrive.
+    private static func endsConnection(_ error: any Error) -> Bool {
+        (error as? UpstreamError) == remoteClosed || StaleConnection.endsConnection(error)
     }
 }

@@ -1,5 +1,6 @@
 import HTTPTypes
 import Logging
+import Metrics
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -21,6 +22,10 @@ import Synchronization
 /// reload shuts down a removed upstream's connections without touching the others. The pool
 /// keeps a share per event loop of `loops` (the loops the gateway's tasks run on), so a request
 /// leases and releases its connection on its own loop without a lock.
+///
+/// A request that fails on a reused connection before any byte of its response goes out once
+/// more on a new one where that is safe (`StaleConnection`), counted in
+/// `portico_upstream_stale_retries_total{upstream}`; no `retry` middleware is needed for it.
 final class NIOUpstream: UpstreamClient {
     let config: UpstreamConfig
     private let target: UpstreamTarget
@@ -33,17 +38,20 @@ final class NIOUpstream: UpstreamClient {
         case unusable(HTTP1Connection.Endpoint.Unusable)
     }
 
-    init(config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared) {
+    init(config: UpstreamConfig, logger: Logger, loops: EventLoops = .shared,
+         metricsFactory: any MetricsFactory = MetricsSystem.factory) {
         self.config = config
         var target = UpstreamTarget(baseURL: config.url)
         if let authority = config.requestAuthority { target.authority = authority }
         self.target = target
         switch HTTP1Connection.Endpoint.make(url: config.url, tls: config.tls) {
         case .success(let endpoint):
+            let resends = Counter(label: "portico_upstream_stale_retries_total", dimensions: [("upstream", config.name)],
+                                  factory: metricsFactory)
             exchanger = .pool(HTTP1ConnectionPool(
                 .init(endpoint: endpoint, maxConnections: max(1, config.maxConnections),
                       connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout,
-                      capName: "upstreams.\(config.name).max_connections"),
+                      capName: "upstreams.\(config.name).max_connections", onResend: { resends.increment() }),
                 loops: loops))
         case .failure(let reason):
             exchanger = .unusable(reason)

@@ -34,6 +34,13 @@ import NIOCore
 ///   call) and a read with nothing available ends the body early; a streamed request body is
 ///   therefore read whole first, up to `maxRequestBodyBytes` (413 beyond).
 /// - There is no separate connect timeout: `connect_timeout` is not applied by this transport.
+/// - A stale keep-alive connection (issue #45): libcurl sends a request that got no byte back on
+///   a reused connection again on a new one, whatever its method (`Curl_retry_request`), so a
+///   GET the upstream hung up on is answered. One with a body is not: libcurl asks for it to be
+///   rewound, FoundationNetworking does not manage it (giving or refusing a new body stream in
+///   `needNewBodyStream` changes nothing), and the task stalls until Portico's deadline: 504
+///   (measured: `StaleConnectionTests`). Nothing of that is reachable from here, and nothing of it
+///   is counted in `portico_upstream_stale_retries_total`, which is `nio`'s (`StaleConnection`).
 /// - `https://` upstreams are verified against libcurl's system trust store (host name and
 ///   chain); a TLS failure arrives as `URLError(-1)` with curl's message. There is no server
 ///   trust or client-certificate challenge on Linux, so `tls:` settings are refused at load.

@@ -36,9 +36,11 @@ struct HTTP1ExchangeHandlerTests {
         let reads = ReadCounter()
         let handler: HTTP1ExchangeHandler
 
-        /// Built and connected; with `tls` it is ready at the handshake's end.
-        init(tls: Bool = false, handshakeLimit: TimeAmount? = nil) throws {
-            handler = HTTP1ExchangeHandler(ready: channel.eventLoop.makePromise(), awaitsHandshake: tls)
+        /// Built and connected; with `tls` it is ready at the handshake's end. `peerHasClosed`
+        /// stands in for the kernel's word on a reused connection (`PeerLiveness`).
+        init(tls: Bool = false, handshakeLimit: TimeAmount? = nil, peerHasClosed: ((any Channel) -> Bool)? = nil) throws {
+            handler = HTTP1ExchangeHandler(ready: channel.eventLoop.makePromise(), awaitsHandshake: tls,
+                                           peerHasClosed: peerHasClosed)
             if let handshakeLimit {
                 handler.limitHandshake(to: handshakeLimit, on: channel.eventLoop, failure: .connectTimeout)
             }
