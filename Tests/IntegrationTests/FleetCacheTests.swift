@@ -119,6 +119,34 @@ struct FleetCacheTests {
         #expect(fleetHits >= 30)
     }
 
+    @Test("40 URLs asked through three replicas at once, in the same order: still one upstream fetch per URL")
+    func concurrentSweep() async throws {
+        let upstream = try await Self.versionedUpstream()
+        defer { Task { await upstream.shutdown() } }
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        let replicas = try await Self.fleet(Self.yaml(redis: redis.url, upstream: upstream))
+        defer { replicas.forEach { $0.stop() } }
+        let paths = (0..<40).map { "/sweep/\($0)" }
+        // Two connections per replica, each walking half the URLs: the replicas meet on every URL.
+        let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for replica in replicas {
+                for lane in 0..<2 {
+                    group.addTask {
+                        var statuses: [Int] = []
+                        for path in stride(from: lane, to: paths.count, by: 2).map({ paths[$0] }) {
+                            statuses.append(try await Self.request(replica.port, path).status)
+                        }
+                        return statuses
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(statuses.count == 120 && statuses.allSatisfy { $0 == 200 })
+        #expect(upstream.totalHits == 40, "the upstream was asked \(upstream.totalHits) times for 40 URLs")
+    }
+
     @Test("a slow miss asked through all three replicas at once: one upstream fetch, the others wait for it")
     func collapsedAcrossReplicas() async throws {
         let upstream = TestUpstream()

@@ -223,6 +223,16 @@ public struct CacheMiddleware: ImmediateMiddleware {
             if let tiers, stored == nil {
                 switch await tiers.fleet.takeLease(key) {
                 case .some(let fence?):
+                    // Another replica may have stored it and freed its lease between this
+                    // request's read of the store and the lease: read again, holding it.
+                    if let entry = await freshFromFleet(tiers, request: request, key: key, directives: directives, context: context) {
+                        tiers.fleet.releaseLease(key, fence: fence)
+                        coalescer.finish(key, flight, .stored(entry))
+                        tiers.fleet.count(.hit)
+                        metrics.hits.increment()
+                        return serve(entry, to: request, context: context, validated: false,
+                                     status: CacheStatus(.hit, ttl: entry.ttlSeconds(at: context.clock.now)))
+                    }
                     lease = fence
                 case .some(nil):
                     // Another replica is fetching it for the fleet: wait for its response.
@@ -301,17 +311,27 @@ public struct CacheMiddleware: ImmediateMiddleware {
             } catch {
                 return nil
             }
-            _ = await consultFleet(tiers, key: key, context: context)
-            if let entry = tiers.memory.variants(for: key).first(where: { entry in
-                   entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
-                       && policy.usability(of: entry, for: directives, at: clock.now) == .fresh
-               }) {
+            // The lease first, then the entry: the holder's write stores the entry and frees the
+            // lease at once, so a lease seen gone means the read after it sees what was written.
+            let held = await tiers.fleet.leaseHeld(key)
+            if let entry = await freshFromFleet(tiers, request: request, key: key, directives: directives, context: context) {
                 tiers.fleet.count(.collapsed)
                 return entry
             }
-            guard await tiers.fleet.leaseHeld(key) else { return nil }
+            guard held else { return nil }
         }
         return nil
+    }
+
+    /// What the fleet tier holds for `key` (copied into memory) when it answers `request` fresh.
+    private func freshFromFleet(_ tiers: TieredCacheStore, request: GatewayRequest, key: String, directives: RequestDirectives,
+                                context: RequestContext) async -> CacheEntry? {
+        _ = await consultFleet(tiers, key: key, context: context)
+        let now = context.clock.now
+        return tiers.memory.variants(for: key).first { entry in
+            entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
+                && policy.usability(of: entry, for: directives, at: now) == .fresh
+        }
     }
 
     /// Frees the fleet lease of a fetch whose response will not reach the store (a write that
