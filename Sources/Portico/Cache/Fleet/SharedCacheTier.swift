@@ -156,8 +156,17 @@ final class SharedCacheTier: Sendable {
 
     // MARK: Keys
 
+    /// The first 16 bytes of the SHA-256 of `text`, in hex (built by hand: `String(format:)`
+    /// per byte costs more than the hash).
     static func hash(_ text: String) -> String {
-        SHA256.hash(data: Array(text.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        var hex: [UInt8] = []
+        hex.reserveCapacity(32)
+        for byte in SHA256.hash(data: Array(text.utf8)).prefix(16) {
+            hex.append(digits[Int(byte >> 4)])
+            hex.append(digits[Int(byte & 15)])
+        }
+        return String(decoding: hex, as: UTF8.self)
     }
 
     func entryKey(hash: String) -> [UInt8] { Array("\(namespace)e:\(hash)".utf8) }
