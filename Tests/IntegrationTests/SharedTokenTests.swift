@@ -86,6 +86,11 @@ struct SharedTokenTests {
         }
         #expect(endpoint.callCount == 1, "one token call for five replicas")
         #expect(tokens.values == Array(repeating: "tok-1", count: 5))
+        // `/credentials` and the dashboard say where each replica's token came from.
+        let fleets = try replicas.map { try CredentialReport.fleet(of: $0.manager) }
+        #expect(fleets.allSatisfy { $0?.store == "fleet" })
+        #expect(fleets.filter { $0?.lastToken == "fetched" }.count == 1, "\(fleets)")
+        #expect(fleets.filter { $0?.lastToken == "shared" }.count == 4, "\(fleets)")
         // What the store holds is sealed: the token itself is not in it.
         let pool = try RedisConnectionPool(configuration: RedisConfiguration(url: redis.url))
         let keys = try await pool.send(["KEYS", "portico:token:idp:*"]).array?.compactMap(\.string) ?? []

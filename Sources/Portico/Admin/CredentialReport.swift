@@ -17,6 +17,8 @@ public struct CredentialReport: Sendable, Encodable, Equatable {
         public var consecutiveFailures: Int
         /// Seconds until the next refresh may be attempted after failures; `nil`: any time.
         public var nextAttemptInSeconds: Double?
+        /// With `store:`: the token shared by every replica, and how the latest one was had.
+        public var fleet: Fleet?
 
         enum CodingKeys: String, CodingKey {
             case name, kind, refreshing
@@ -25,7 +27,29 @@ public struct CredentialReport: Sendable, Encodable, Equatable {
             case lastRefresh = "last_refresh"
             case consecutiveFailures = "consecutive_failures"
             case nextAttemptInSeconds = "next_attempt_in_seconds"
+            case fleet
         }
+    }
+
+    /// A credential whose token every replica shares (`store:`).
+    public struct Fleet: Sendable, Encodable, Equatable {
+        /// The `stores.NAME`.
+        public var store: String
+        /// How the latest token was had: `shared` (another replica fetched it), `fetched` (this
+        /// replica fetched it for all), `fallback` (fetched here alone: the store failed or the
+        /// wait for a peer ran out); `nil` before the first.
+        public var lastToken: String?
+
+        enum CodingKeys: String, CodingKey {
+            case store
+            case lastToken = "last_token"
+        }
+    }
+
+    /// The fleet part of a credential's entry, when its tokens are shared.
+    public static func fleet(of manager: TokenManager) -> Fleet? {
+        guard let shared = manager.source as? SharedTokenSource else { return nil }
+        return Fleet(store: shared.storeName, lastToken: shared.lastOutcome?.rawValue)
     }
 
     /// How the last refresh ended.
@@ -54,7 +78,9 @@ public struct CredentialReport: Sendable, Encodable, Equatable {
                 entries.append(Entry(name: name, kind: kind, hasToken: true, refreshing: false, consecutiveFailures: 0))
                 continue
             }
-            entries.append(entry(name: name, kind: kind, status: await oauth.manager.status, now: now))
+            var entry = entry(name: name, kind: kind, status: await oauth.manager.status, now: now)
+            entry.fleet = fleet(of: oauth.manager)
+            entries.append(entry)
         }
         return CredentialReport(credentials: entries)
     }

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import RedisClient
+import Synchronization
 
 /// `store:` on an OAuth2 credential: one token for every replica, so the identity provider sees
 /// one refresh per token lifetime however many replicas run (issue #43).
@@ -53,6 +54,7 @@ final class SharedTokenSource: TokenSource {
         """)
 
     let credential: String
+    private let last = Mutex<Outcome?>(nil)
     private let inner: any TokenSource
     private let backend: RedisBucketStore
     private let vault: TokenVault
@@ -248,7 +250,13 @@ final class SharedTokenSource: TokenSource {
 
     private func count(_ outcome: Outcome) {
         Self.outcomes.increment([("credential", credential), ("outcome", outcome.rawValue)])
+        last.withLock { $0 = outcome }
     }
+
+    /// How the latest token was had (`/credentials`, the dashboard); `nil` before the first.
+    var lastOutcome: Outcome? { last.withLock { $0 } }
+    /// The `stores.NAME` tokens are shared through.
+    var storeName: String { backend.name }
 
     private static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())

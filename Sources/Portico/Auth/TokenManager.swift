@@ -96,7 +96,8 @@ public actor TokenManager {
     }
 
     public nonisolated let name: String
-    private let source: any TokenSource
+    /// Where tokens come from (read by `/credentials` to say whether the fleet shares them).
+    let source: any TokenSource
     private let clock: any GatewayClock
     private let refreshBeforeExpiry: Duration
     private let defaultLifetime: Duration
