@@ -60,6 +60,21 @@ public final class ProxyProcess: Sendable {
         }
     }
 
+    /// `count` Portico processes with one configuration, as the replicas of a deployment
+    /// (`replica-0`, `replica-1`, …); those started are stopped when one fails to start.
+    public static func fleet(yaml: String, count: Int = 3) async throws -> [ProxyProcess] {
+        var replicas: [ProxyProcess] = []
+        for index in 0..<count {
+            do {
+                replicas.append(try await portico(yaml: yaml, name: "replica-\(index)"))
+            } catch {
+                replicas.forEach { $0.stop() }
+                throw error
+            }
+        }
+        return replicas
+    }
+
     /// nginx with one `server { }` whose body is `serverBlock` (the `listen` line is added), single
     /// process, on a port the kernel chose a moment ago (retried if another test took it).
     public static func nginx(serverBlock: String, name: String = "nginx") async throws -> ProxyProcess {

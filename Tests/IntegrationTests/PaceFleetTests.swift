@@ -48,16 +48,7 @@ struct PaceFleetTests {
     }
 
     static func fleet(_ yaml: String) async throws -> [ProxyProcess] {
-        var replicas: [ProxyProcess] = []
-        for index in 0..<3 {
-            do {
-                replicas.append(try await ProxyProcess.portico(yaml: yaml, name: "replica-\(index)"))
-            } catch {
-                replicas.forEach { $0.stop() }
-                throw error
-            }
-        }
-        return replicas
+        try await ProxyProcess.fleet(yaml: yaml)
     }
 
     @Test("the provider's remaining count is spent fleet-wide: three replicas forward nothing it refuses, and every caller is served")
