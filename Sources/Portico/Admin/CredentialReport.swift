@@ -35,7 +35,8 @@ public struct CredentialReport: Sendable, Encodable, Equatable {
     public struct Fleet: Sendable, Encodable, Equatable {
         /// The `stores.NAME`.
         public var store: String
-        /// How the latest token was had: `shared` (another replica fetched it), `fetched` (this
+        /// How the latest token was had: `shared` (another replica fetched it; `lease_wait`: while
+        /// this one waited on its lease), `fetched` (this
         /// replica fetched it for all), `fallback` (fetched here alone: the store failed or the
         /// wait for a peer ran out); `nil` before the first.
         public var lastToken: String?

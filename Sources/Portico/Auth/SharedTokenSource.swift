@@ -19,11 +19,15 @@ import Synchronization
 /// what stands between a request and its token.
 ///
 /// What each call did is `portico_token_store_total{credential,outcome}`: `shared` (a token
-/// another replica fetched), `fetched` (fetched under the lease and shared), `fallback` (fetched
+/// another replica fetched), `lease_wait` (the same, after waiting on that replica's lease), `fetched` (fetched under the lease and shared), `fallback` (fetched
 /// without the store: it failed, or the wait for a peer ran out).
 final class SharedTokenSource: TokenSource {
     enum Outcome: String, CaseIterable {
-        case shared, fetched, fallback
+        /// A token another replica had fetched, found at once.
+        case shared
+        /// A token another replica fetched while this one waited on its lease.
+        case leaseWait = "lease_wait"
+        case fetched, fallback
     }
 
     /// What the store holds for one credential, sealed.
@@ -116,8 +120,8 @@ final class SharedTokenSource: TokenSource {
             consulted = nil
         }
         switch consulted {
-        case .shared(let response)?:
-            count(.shared)
+        case .shared(let response, let waited)?:
+            count(waited ? .leaseWait : .shared)
             return response
         case .leased(let fence)?:
             return try await fetchHolding(fence, refreshToken: refreshToken)
@@ -134,8 +138,8 @@ final class SharedTokenSource: TokenSource {
     }
 
     private enum Consulted {
-        /// A token another replica fetched.
-        case shared(TokenResponse)
+        /// A token another replica fetched (`waited`: while this one waited on its lease).
+        case shared(TokenResponse, waited: Bool)
         /// This replica holds the lease (with this fence) and fetches.
         case leased(String)
         /// The lease stayed taken and no token came within `peerWait`.
@@ -148,9 +152,10 @@ final class SharedTokenSource: TokenSource {
     /// `refreshToken` becomes the freshest one the store holds (the IdP may rotate it).
     private func consultStore(replacing: String?, refreshToken: inout String?) async throws(RedisError) -> Consulted {
         let deadline = clock.now.advanced(by: peerWait)
+        var waited = false
         while true {
             if let record = try await read() {
-                if record.accessToken != replacing, let response = usable(record) { return .shared(response) }
+                if record.accessToken != replacing, let response = usable(record) { return .shared(response, waited: waited) }
                 if let rotated = record.refreshToken { refreshToken = rotated }
             }
             let fence = Self.fence()
@@ -159,11 +164,12 @@ final class SharedTokenSource: TokenSource {
                 // and this: read once more while holding it.
                 if let record = try await read(), record.accessToken != replacing, let response = usable(record) {
                     try await releaseLease(fence)
-                    return .shared(response)
+                    return .shared(response, waited: waited)
                 }
                 return .leased(fence)
             }
             guard clock.now < deadline else { return .waitedOut }
+            waited = true
             do {
                 try await clock.sleep(until: min(deadline, clock.now.advanced(by: pollInterval)))
             } catch {
