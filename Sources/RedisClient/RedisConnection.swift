@@ -1,6 +1,20 @@
 import NIOCore
 import NIOPosix
 import NIOSSL
+import Synchronization
+
+/// The first failure a connection's handler saw, readable once the channel (and the handler with
+/// it) is gone: a TLS handshake that fails before the greeting is written closes the channel, and
+/// the greeting's write then only says the channel is closed — the handshake is what to report.
+final class ConnectionFailure: Sendable {
+    private let first = Mutex<RedisError?>(nil)
+
+    func record(_ error: RedisError) {
+        first.withLock { if $0 == nil { $0 = error } }
+    }
+
+    var error: RedisError? { first.withLock { $0 } }
+}
 
 /// One command on its way: its encoded bytes and the promise its reply completes.
 struct RedisRequest: Sendable {
@@ -19,11 +33,15 @@ final class RedisChannelHandler: ChannelDuplexHandler {
     private let maxPending: Int
     private var received: ByteBuffer?
     private var pending = CircularBuffer<EventLoopPromise<RESPValue>>()
-    private var failure: RedisError?
+    private var failure: RedisError? {
+        didSet { if let failure { record?.record(failure) } }
+    }
+    private let record: ConnectionFailure?
 
-    init(parser: RESPParser = RESPParser(), maxPending: Int) {
+    init(parser: RESPParser = RESPParser(), maxPending: Int, record: ConnectionFailure? = nil) {
         self.parser = parser
         self.maxPending = maxPending
+        self.record = record
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -147,6 +165,7 @@ final class RedisConnection: Sendable {
                         on eventLoop: any EventLoop) -> EventLoopFuture<RedisConnection> {
         let serverName = configuration.tlsServerName ?? (isIPAddress(configuration.host) ? nil : configuration.host)
         let maxPending = configuration.maxPendingPerConnection
+        let record = ConnectionFailure()
         let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.connectTimeout)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
@@ -156,7 +175,7 @@ final class RedisConnection: Sendable {
                         let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: serverName)
                         try channel.pipeline.syncOperations.addHandler(tls)
                     }
-                    try channel.pipeline.syncOperations.addHandler(RedisChannelHandler(maxPending: maxPending))
+                    try channel.pipeline.syncOperations.addHandler(RedisChannelHandler(maxPending: maxPending, record: record))
                 }
             }
         let connected = bootstrap.connect(host: configuration.host, port: configuration.port)
@@ -171,6 +190,8 @@ final class RedisConnection: Sendable {
             }
             return greeted.always { _ in timer.cancel() }.flatMapError { error in
                 channel.close(promise: nil)
+                // A closed channel's write failure hides why it closed (a failed handshake).
+                let error: any Error = (error as? RedisError)?.code == .connection ? record.error ?? error : error
                 if NIODeadline.now() >= deadline, (error as? RedisError)?.code == .connection {
                     return eventLoop.makeFailedFuture(RedisError(.timeout, "no greeting from \(configuration) within the connect timeout"))
                 }

@@ -160,7 +160,7 @@ struct RedisConnectionPoolTests {
         untrusted.tls = TLSConfiguration.makeClientConfiguration()
         let untrustedPool = try RedisConnectionPool(configuration: untrusted)
         let failure = await Result { () async throws(RedisError) in try await untrustedPool.warmUp() }.failure
-        #expect(failure?.code == .tls)
+        #expect(failure?.code == .tls, "\(failure.map { "\($0.code): \($0.message)" } ?? "no failure")")
         await untrustedPool.shutdown()
     }
 }
