@@ -104,6 +104,14 @@ public enum LockAudit {
         ThreadRecord.current.counts.withLock { $0[id, default: 0] += 1 }
     }
 
+    /// The calling thread as the audit names it (the keys of `Instance.threads`): a number no
+    /// other thread of this process ever had. `pthread_self()` values are reused once a thread
+    /// exits, so a test that named its threads by them could count a dead thread's locks (another
+    /// test's) as its own.
+    public static var currentThread: UInt { ThreadRecord.current.thread }
+
+    private static let nextThread = Atomic<UInt>(1)
+
     /// The calling thread's counts, made on its first audited acquisition.
     final class ThreadRecord: Sendable {
         let thread: UInt
@@ -115,7 +123,7 @@ public enum LockAudit {
             if let raw = pthread_getspecific(key) {
                 return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
             }
-            let record = ThreadRecord(thread: UInt(pthread_self()))
+            let record = ThreadRecord(thread: nextThread.wrappingAdd(1, ordering: .relaxed).oldValue)
             // Retained for the life of the process: the report reads it after the thread is gone.
             pthread_setspecific(key, Unmanaged.passRetained(record).toOpaque())
             registry.withLock { $0.records.append(record) }

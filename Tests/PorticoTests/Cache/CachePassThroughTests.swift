@@ -20,7 +20,7 @@ struct CachePassThroughTests {
     /// The ids of `count` threads running `body` together (alive together, so all distinct).
     static func threads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) -> Set<UInt> {
         let ids = Mutex<Set<UInt>>([])
-        ShardedMetricsTests.onThreads(count, warmUp: { _ in ids.withLock { _ = $0.insert(UInt(pthread_self())) } }, body)
+        ShardedMetricsTests.onThreads(count, warmUp: { _ in ids.withLock { _ = $0.insert(LockAudit.currentThread) } }, body)
         return ids.withLock { $0 }
     }
 

@@ -73,7 +73,7 @@ struct RetryBudgetTests {
             let t0 = ContinuousClock.now
             let recorders = Mutex<Set<UInt>>([])
             ShardedMetricsTests.onThreads(4, warmUp: { _ in
-                recorders.withLock { _ = $0.insert(UInt(pthread_self())) }
+                recorders.withLock { _ = $0.insert(LockAudit.currentThread) }
             }) { _ in
                 for index in 0..<20_000 { budget.recordRequest(at: t0.advanced(by: .milliseconds(index))) }
             }
@@ -86,7 +86,7 @@ struct RetryBudgetTests {
                 #expect(byRecorders.isEmpty, "\(lock.site): taken by recording threads \(byRecorders)")
             }
             // The audit saw this budget's lock when the retry took it: the check above can fail.
-            let retrier = UInt(pthread_self())
+            let retrier = LockAudit.currentThread
             #expect(budgetLocks.contains { ($0.threads[retrier] ?? 0) >= 1 })
         }
     }
