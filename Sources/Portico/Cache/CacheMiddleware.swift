@@ -665,11 +665,22 @@ public struct CacheMiddleware: ImmediateMiddleware {
         let response = try await passThrough(request, context: context, next: next,
                                              status: CacheStatus(.bypass, forward: .method))
         guard (200..<400).contains(response.status.code) else { return response }
-        metrics.record(store.removeAll(for: Self.key(for: request)))
+        var keys = [Self.key(for: request)]
         for name in [HTTPField.Name.location, .contentLocation] {
             guard let value = response.headerFields[name],
                   let target = Self.sameOriginTarget(value, authority: request.head.authority, base: request.target) else { continue }
-            metrics.record(store.removeAll(for: Self.key(authority: request.head.authority, target: target)))
+            keys.append(Self.key(authority: request.head.authority, target: target))
+        }
+        guard let tiers else {
+            for key in keys { metrics.record(store.removeAll(for: key)) }
+            return response
+        }
+        // With the fleet tier the invalidation reaches Redis before the answer goes out: the
+        // client's next GET, here or on another replica, must not read back what it changed
+        // (cache-tests' invalidate-PUT found a fire-and-forget delete losing that race).
+        for key in keys {
+            metrics.record(tiers.memory.removeAll(for: key))
+            _ = try? await tiers.fleet.purge(.key(key), timeout: tiers.fleet.backend.config.timeout)
         }
         return response
     }

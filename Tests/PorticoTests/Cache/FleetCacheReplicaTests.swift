@@ -201,6 +201,22 @@ struct FleetCacheReplicaTests {
         await fleet.stop()
     }
 
+    @Test("an unsafe method's invalidation is in Redis before its answer goes out: the next GET, on this replica or a fresh one, goes upstream")
+    func invalidationBeforeTheAnswer() async throws {
+        let fleet = try await Fleet()
+        let a = try fleet.replica(clock: clock)
+        let upstream = ScriptedUpstream { n, request in
+            CacheFixture.response(headers: [("Cache-Control", "max-age=600")], body: request.method == .put ? "ok" : "v\(n)")
+        }
+        _ = try await send(a, upstream)
+        try await fleet.waitForVariants(1)
+        _ = try await send(a, upstream, .put)
+        #expect(try await fleet.variants() == 0)  // no waiting: gone when the PUT was answered
+        try await fleet.noLeases()
+        #expect(try await send(a, upstream).text == "v3")
+        await fleet.stop()
+    }
+
     @Test("an invalidation on one replica reaches another's memory through the event stream")
     func invalidationFeed() async throws {
         let fleet = try await Fleet()

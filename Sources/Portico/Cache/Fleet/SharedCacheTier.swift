@@ -298,8 +298,8 @@ final class SharedCacheTier: Sendable {
     }
 
     /// Deletes what `target` names in Redis and publishes it to every replica; returns the keys
-    /// deleted in Redis.
-    func purge(_ target: CachePurgeTarget) async throws(RedisError) -> Int {
+    /// deleted in Redis. `timeout`: on a request's path, the store's own (default: a purge's).
+    func purge(_ target: CachePurgeTarget, timeout: Duration? = nil) async throws(RedisError) -> Int {
         let fixed = [pathsKey, expiryKey, sequenceKey, eventsKey]
         let (kind, value, authority, named): (String, String, String, [[UInt8]]) = switch target {
         case .key(let key): ("key", key, "", [entryKey(hash: Self.hash(key)), memoryOnlyKey(hash: Self.hash(key))])
@@ -309,7 +309,7 @@ final class SharedCacheTier: Sendable {
         do throws(RedisError) {
             let reply = try await backend.evaluate(Self.purgeScript, keys: fixed + named, arguments: [
                 .string(kind), .string(value), .string(authority), .string(namespace), .string(replicaID),
-            ], timeout: backgroundTimeout)
+            ], timeout: timeout ?? backgroundTimeout)
             return Int(reply.array?.first?.int ?? 0)
         } catch {
             count(.error)
