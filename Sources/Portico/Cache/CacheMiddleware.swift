@@ -103,8 +103,9 @@ public struct CacheMiddleware: ImmediateMiddleware {
         let now = context.clock.now
         var found = lookup(request, at: now)
         if let response = answerFromStore(found, to: request, context: context, at: now) { return response }
-        if let tiers, !found.directives.noCache {
-            // Not in this replica's memory: another replica may have stored it.
+        if let tiers {
+            // Not in this replica's memory: another replica may have stored it. Read even for a
+            // request's `no-cache`: what the fleet holds gives the validators its fetch sends.
             if await consultFleet(tiers, key: found.key, context: context) {
                 found = lookup(request, at: now)
                 if let response = answerFromStore(found, to: request, context: context, at: now) {

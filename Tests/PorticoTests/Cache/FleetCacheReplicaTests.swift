@@ -142,6 +142,24 @@ struct FleetCacheReplicaTests {
         await fleet.stop()
     }
 
+    @Test("a request's no-cache on a replica that never saw the URL: it validates with the ETag another replica stored, not an unconditional fetch")
+    func noCacheValidatesWithFleetValidators() async throws {
+        let fleet = try await Fleet()
+        let (a, b) = (try fleet.replica(clock: clock), try fleet.replica(clock: clock))
+        let upstream = ScriptedUpstream { n, _ in
+            n == 1 ? CacheFixture.response(headers: [("Cache-Control", "max-age=60"), ("ETag", "\"v1\"")])
+                : CacheFixture.response(304, headers: [("Cache-Control", "max-age=60"), ("ETag", "\"v1\"")], body: "")
+        }
+        _ = try await send(a, upstream)
+        try await fleet.waitForVariants(1)
+        let validated = try await send(b, upstream, headers: [("Cache-Control", "no-cache")])
+        #expect(upstream.calls == 2)
+        #expect(upstream.requests.last?.headerFields[.ifNoneMatch] == "\"v1\"")
+        #expect(validated.status == .ok && validated.text == "payload")
+        #expect(validated.cacheStatus?.contains("fwd-status=304") == true, "\(validated.cacheStatus ?? "")")
+        await fleet.stop()
+    }
+
     @Test("stale-if-error: a replica whose upstream fails serves the fleet's stale copy, within its window only")
     func staleIfErrorAcrossReplicas() async throws {
         let fleet = try await Fleet()
