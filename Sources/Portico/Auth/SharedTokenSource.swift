@@ -158,7 +158,7 @@ final class SharedTokenSource: TokenSource {
                 if record.accessToken != replacing, let response = usable(record) { return .shared(response, waited: waited) }
                 if let rotated = record.refreshToken { refreshToken = rotated }
             }
-            let fence = Self.fence()
+            let fence = RedisLease.fence()
             if try await takeLease(fence) {
                 // The holder before may have written and freed the lease between the read above
                 // and this: read once more while holding it.
@@ -217,14 +217,11 @@ final class SharedTokenSource: TokenSource {
 
     /// Frees the lease if it is still this replica's.
     private func releaseLease(_ fence: String) async throws(RedisError) {
-        _ = try await backend.evaluate(RedisBucketStore.compareAndDeleteScript, keys: [leaseKey], arguments: [.string(fence)],
-                                       timeout: commandTimeout)
+        try await RedisLease.release(leaseKey, fence: fence, on: backend, timeout: commandTimeout)
     }
 
     private func takeLease(_ fence: String) async throws(RedisError) -> Bool {
-        let reply = try await backend.send(["SET", .bytes(leaseKey), .string(fence), "NX", "PX",
-                                            .string(String(max(1, Int64(leaseTime / .milliseconds(1)))))], timeout: commandTimeout)
-        return reply.string == "OK"
+        try await RedisLease.take(leaseKey, fence: fence, for: leaseTime, on: backend, timeout: commandTimeout)
     }
 
     /// The record in the store, opened; `nil` when there is none, or none this replica can open
@@ -266,9 +263,5 @@ final class SharedTokenSource: TokenSource {
 
     private static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())
-    }
-
-    private static func fence() -> String {
-        (0..<2).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
     }
 }

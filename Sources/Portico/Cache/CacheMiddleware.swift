@@ -170,9 +170,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         let directives = RequestDirectives(request.headerFields)
         let key = Self.key(for: request)
         let variants = store.variants(for: key)
-        let selected = variants.first { entry in
-            entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
-        }
+        let selected = variants.first { $0.mayAnswer(request, directives) }
         return Lookup(key: key, directives: directives, variantCount: variants.count, selected: selected,
                       usability: selected.map { policy.usability(of: $0, for: directives, at: now) })
     }
@@ -210,8 +208,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
                 record(CacheStatus(.collapsed, forward: reason, collapsed: true), in: &error.headerFields, context: context)
                 throw error
             }
-            if case .stored(let entry) = outcome, entry.vary.matches(request.headerFields),
-               !directives.hasAuthorization || entry.freshness.sharedWithAuthorization {
+            if case .stored(let entry) = outcome, entry.mayAnswer(request, directives) {
                 // Fetched after this request arrived: as fresh as its own fetch would have been.
                 let status = CacheStatus(.collapsed, forward: reason, forwardStatus: entry.status.code,
                                          ttl: entry.ttlSeconds(at: context.clock.now), collapsed: true)
@@ -330,8 +327,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
         _ = await consultFleet(tiers, key: key, context: context)
         let now = context.clock.now
         return tiers.memory.variants(for: key).first { entry in
-            entry.vary.matches(request.headerFields) && (!directives.hasAuthorization || entry.freshness.sharedWithAuthorization)
-                && policy.usability(of: entry, for: directives, at: now) == .fresh
+            entry.mayAnswer(request, directives) && policy.usability(of: entry, for: directives, at: now) == .fresh
         }
     }
 
@@ -703,5 +699,13 @@ public struct CacheMiddleware: ImmediateMiddleware {
     private func record(_ status: CacheStatus, in fields: inout HTTPFields, context: RequestContext) {
         status.apply(to: &fields, xCache: config.xCache)
         context.stats.update { $0.cacheStatus = status.outcome.rawValue }
+    }
+}
+
+extension CacheEntry {
+    /// Whether this stored response may answer `request` at all, fresh or not: its `Vary` values
+    /// match the request's, and a credentialed request gets it only when it was marked shareable.
+    func mayAnswer(_ request: GatewayRequest, _ directives: RequestDirectives) -> Bool {
+        vary.matches(request.headerFields) && (!directives.hasAuthorization || freshness.sharedWithAuthorization)
     }
 }

@@ -98,7 +98,7 @@ public final class RedisQuotaStore: QuotaStore {
         let start = ContinuousClock.now
         defer { latency.recordNanoseconds(GatewayMetrics.nanoseconds(start.duration(to: .now))) }
         let ttl = window.remaining(at: now) + Self.expiryMargin
-        let ttlMilliseconds = max(1, ttl.components.seconds * 1000 + ttl.components.attoseconds / 1_000_000_000_000_000)
+        let ttlMilliseconds = max(1, ttl.wholeMilliseconds)
         do throws(RedisError) {
             let reply = try await backend.pool.evaluate(Self.script, keys: [.bytes(redisKey(allocation, in: window))], arguments: [
                 .string(String(allocation.limit)), .string(String(ttlMilliseconds)), .string(String(carried)),

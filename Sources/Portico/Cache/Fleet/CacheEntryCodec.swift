@@ -18,7 +18,7 @@ enum CacheEntryCodec {
         out.reserveCapacity(entry.size)
         out.writeInteger(version)
         out.writeInteger(Int64(wallNow.timeIntervalSince1970 * 1000))
-        out.writeInteger(milliseconds(age))
+        out.writeInteger(age.wholeMilliseconds)
         out.writeInteger(UInt16(entry.status.code))
         writeString(entry.status.reasonPhrase, to: &out)
         out.writeInteger(UInt16(entry.vary.names.count))
@@ -32,12 +32,12 @@ enum CacheEntryCodec {
             writeString(field.value, to: &out)
         }
         let f = entry.freshness
-        out.writeInteger(milliseconds(f.lifetime))
+        out.writeInteger(f.lifetime.wholeMilliseconds)
         let flags: UInt8 = (f.noCache ? 1 : 0) | (f.mustRevalidate ? 2 : 0) | (f.sharedWithAuthorization ? 4 : 0)
             | (f.immutable ? 8 : 0) | (f.heuristic ? 16 : 0) | (entry.storedWithAuthorization ? 32 : 0)
         out.writeInteger(flags)
-        out.writeInteger(f.staleWhileRevalidate.map(milliseconds) ?? -1)
-        out.writeInteger(f.staleIfError.map(milliseconds) ?? -1)
+        out.writeInteger(f.staleWhileRevalidate?.wholeMilliseconds ?? -1)
+        out.writeInteger(f.staleIfError?.wholeMilliseconds ?? -1)
         out.writeInteger(UInt16(f.noCacheFields.count))
         for name in f.noCacheFields { writeString(name, to: &out) }
         out.writeInteger(UInt32(entry.body.readableBytes))
@@ -99,11 +99,6 @@ enum CacheEntryCodec {
         return CacheEntry(key: key, vary: VaryKey(names: names, values: values),
                           status: HTTPResponse.Status(code: Int(code), reasonPhrase: reason), headerFields: fields,
                           body: body, freshness: freshness, receivedAt: now, storedWithAuthorization: flags & 32 != 0)
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 
     private static func writeString(_ text: String, to out: inout ByteBuffer) {

@@ -260,7 +260,7 @@ final class SharedCacheTier: Sendable {
             let marker = memoryOnlyKey(hash: Self.hash(entry.key))
             Task { [self] in
                 defer { writesInFlight.subtract(1, ordering: .relaxed) }
-                _ = try? await backend.send(["SET", .bytes(marker), "1", "PX", .string(String(Self.milliseconds(ttl)))],
+                _ = try? await backend.send(["SET", .bytes(marker), "1", "PX", .string(String(ttl.wholeMilliseconds))],
                                             timeout: backgroundTimeout)
             }
             return
@@ -271,7 +271,7 @@ final class SharedCacheTier: Sendable {
         let tags = CachePurgeTarget.tags(of: entry.headerFields)
         let keys = [entryKey(hash: hash), leaseKey(hash: hash), pathsKey, expiryKey] + tags.map(tagKey)
         let arguments: [RedisArgument] = [
-            .string(Self.variantField(entry.vary)), .bytes(record), .string(String(Self.milliseconds(ttl))),
+            .string(Self.variantField(entry.vary)), .bytes(record), .string(String(ttl.wholeMilliseconds)),
             .string("\(target)\u{0}\(authority)\u{0}\(hash)"), .string(String(Self.maxVariants)), .string(hash),
         ]
         Task { [self] in
@@ -331,11 +331,9 @@ final class SharedCacheTier: Sendable {
     /// Takes the key's lease (held at most `peerWait`): `nil` when another replica holds it or
     /// the store did not answer, else the fence that frees it.
     func takeLease(_ key: String) async -> String?? {
-        let fence = (0..<2).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
+        let fence = RedisLease.fence()
         do throws(RedisError) {
-            let reply = try await backend.send(["SET", .bytes(leaseKey(hash: Self.hash(key))), .string(fence), "NX", "PX",
-                                                .string(String(max(1, Self.milliseconds(peerWait))))])
-            return .some(reply.string == "OK" ? fence : nil)
+            return .some(try await RedisLease.take(leaseKey(hash: Self.hash(key)), fence: fence, for: peerWait, on: backend) ? fence : nil)
         } catch {
             count(.error)
             return .none
@@ -345,8 +343,7 @@ final class SharedCacheTier: Sendable {
     /// Frees the key's lease if it is still `fence`'s (the response could not be shared).
     func releaseLease(_ key: String, fence: String) {
         Task { [self] in
-            _ = try? await backend.evaluate(RedisBucketStore.compareAndDeleteScript, keys: [leaseKey(hash: Self.hash(key))],
-                                            arguments: [.string(fence)], timeout: backgroundTimeout)
+            try? await RedisLease.release(leaseKey(hash: Self.hash(key)), fence: fence, on: backend, timeout: backgroundTimeout)
         }
     }
 
@@ -361,10 +358,5 @@ final class SharedCacheTier: Sendable {
     static func split(_ key: String) -> (authority: Substring, target: Substring) {
         guard let separator = key.firstIndex(of: "\u{0}") else { return ("", Substring(key)) }
         return (key[..<separator], key[key.index(after: separator)...])
-    }
-
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 }
