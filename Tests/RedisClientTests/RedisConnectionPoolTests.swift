@@ -37,7 +37,8 @@ struct RedisConnectionPoolTests {
     func timeout() async throws {
         let server = try await RedisServer.start()
         defer { server.stop() }
-        let pool = try RedisConnectionPool(configuration: try server.configuration())
+        // One loop, so one lane: every command below goes to its one open connection.
+        let pool = try RedisConnectionPool(configuration: try server.configuration(), eventLoopGroup: Self.oneLoop)
         _ = try await pool.send(["PING"])
         // The server holds this BLPOP until something is pushed to `empty`, which only happens
         // below, after the call returned: the 50 ms timeout ended it, not the server (no clock
@@ -53,6 +54,41 @@ struct RedisConnectionPoolTests {
         // The late reply was the BLPOP's (it took the element), read and dropped.
         #expect(try await other.send(["LLEN", "empty"]) == .integer(0))
         await other.shutdown()
+        await pool.shutdown()
+    }
+
+    static let oneLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    /// What keeps a request's Redis command on its own core: sent from a task on one of the
+    /// pool's loops, it goes out on that loop's connection (the server names the connection:
+    /// `CLIENT ID`), and other loops' commands on theirs.
+    @Test("a command sent from one of the pool's loops goes out on that loop's own connection")
+    func perLoop() async throws {
+        let server = try await RedisServer.start()
+        defer { server.stop() }
+        // The test servers' loops (two), which nothing else here sends Redis commands from.
+        let loops = TestExecutors.servers
+        var configuration = try server.configuration()
+        configuration.connections = loops.count
+        let pool = try RedisConnectionPool(configuration: configuration, eventLoopGroup: loops.group)
+        #expect(pool.connectionsPerLoop == 1)
+        var seen: [Int: [RESPValue]] = [:]
+        for round in 0..<4 {
+            for (index, executor) in loops.executors.enumerated() {
+                let id = try await withTaskExecutorPreference(executor) {
+                    #expect(loops.currentIndex == index, "round \(round): the task runs on loop \(index)")
+                    return try await pool.send(["CLIENT", "ID"])
+                }
+                seen[index, default: []].append(id)
+            }
+        }
+        let ids = loops.executors.indices.map { seen[$0] ?? [] }
+        #expect(ids.allSatisfy { Set($0.compactMap(\.int)).count == 1 }, "each loop kept to one connection: \(ids)")
+        #expect(Set(ids.flatMap { $0.compactMap(\.int) }).count == loops.count, "one connection per loop: \(ids)")
+        #expect(pool.openConnections == loops.count)
+        // Spread, at least one per loop.
+        #expect(RedisConnectionPool.connectionsPerLoop(8, loops: 3) == 3)
+        #expect(RedisConnectionPool.connectionsPerLoop(2, loops: 8) == 1)
         await pool.shutdown()
     }
 

@@ -263,7 +263,7 @@ public enum ConfigSchema {
         required("url", .pattern("^rediss?://", note: "a redis:// or rediss:// URL"), "redis://[user:password@]host[:port][/db]; rediss:// for TLS."),
         key("password", .text, "Overrides a password in the URL; never logged."),
         key("tls", .section(clientTLS), "rediss:// only: the upstream tls keys."),
-        key("pool", .integer(1...1024), "Connections (commands are pipelined on them); default 8."),
+        key("pool", .integer(1...1024), "Connections (commands are pipelined on them), spread over the event loops, at least one each: a request's command goes out on its own loop; default 8."),
         key("timeout", .duration(positive: true), "The most a request waits for Redis, connecting included; default 25ms."),
         key("connect_timeout", .duration(positive: true), "Bound on opening one connection; default 2s."),
         key("key_prefix", .text, "Before every key; default \"portico:\"."),

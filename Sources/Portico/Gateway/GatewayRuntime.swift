@@ -41,7 +41,7 @@ public final class GatewayRuntime: Sendable {
     public convenience init(config: PorticoConfig, logger: Logger, clock: any GatewayClock = SystemClock(),
                             loops: EventLoops = .shared, previous: GatewayRuntime? = nil) throws {
         // Stores first: credentials with `store:` share their token there.
-        let stores = try RateLimitStores(stores: config.stores, previous: previous?.stores, logger: logger)
+        let stores = try RateLimitStores(stores: config.stores, previous: previous?.stores, loops: loops, logger: logger)
         var credentials: CredentialStore?
         do {
             credentials = try CredentialStore(config: config, previous: previous?.credentials, stores: stores, logger: logger,

@@ -26,8 +26,10 @@ public final class RateLimitStores: Sendable {
     }
 
     /// Clients for `stores`, reusing `previous`'s for unchanged configurations. New ones start
-    /// connecting in the background; a store that is down only shows in the log.
-    public init(stores: [String: StoreConfig], previous: RateLimitStores? = nil, logger: Logger) throws {
+    /// connecting in the background; a store that is down only shows in the log. Each keeps its
+    /// connections on `loops` (the gateway's), so a request's command goes out on its own loop.
+    public init(stores: [String: StoreConfig], previous: RateLimitStores? = nil, loops: EventLoops = .shared,
+                logger: Logger) throws {
         var handles: [String: Handle] = [:]
         do {
             for name in stores.keys.sorted() {
@@ -36,7 +38,7 @@ public final class RateLimitStores: Sendable {
                     handles[name] = old
                     continue
                 }
-                let backend = try RedisBucketStore(name: name, config: config, logger: logger)
+                let backend = try RedisBucketStore(name: name, config: config, loops: loops, logger: logger)
                 backend.warmUp()
                 handles[name] = Handle(backend)
             }

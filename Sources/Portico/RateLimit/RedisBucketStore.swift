@@ -101,13 +101,13 @@ public final class RedisBucketStore: Sendable {
     /// Whether the last call failed: outages are logged when they start and end, not per request.
     private let failing = Atomic<Bool>(false)
 
-    init(name: String, config: StoreConfig, logger: Logger) throws {
+    init(name: String, config: StoreConfig, loops: EventLoops = .shared, logger: Logger) throws {
         self.name = name
         self.config = config
         var logger = logger
         logger[metadataKey: "store"] = "\(name)"
         self.logger = logger
-        self.pool = try RedisConnectionPool(configuration: config.redisConfiguration, logger: logger)
+        self.pool = try RedisConnectionPool(configuration: config.redisConfiguration, eventLoopGroup: loops.group, logger: logger)
         self.latency = Metrics.Timer(label: "portico_ratelimit_store_duration_seconds", dimensions: [("store", name)])
     }
 
