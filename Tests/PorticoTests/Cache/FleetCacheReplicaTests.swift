@@ -235,6 +235,36 @@ struct FleetCacheReplicaTests {
         await fleet.stop()
     }
 
+    /// The running feed waits on the stream (`XREAD BLOCK`): with a minute's block and an hour
+    /// between failed reads, only a read that wakes on the event can hear it within the deadline
+    /// (a poll every `block` would not), and `stop` ends the blocked read by closing its connection.
+    @Test("the running feed hears an invalidation as it is published, and stops at once while it waits")
+    func blockingFeed() async throws {
+        let fleet = try await Fleet()
+        let (a, b) = (try fleet.replica(clock: clock), try fleet.replica(clock: clock))
+        let tiers = try #require(b.tiers)
+        let feed = CacheInvalidationFeed(tier: tiers.fleet, memory: tiers.memory, metrics: CacheMetrics(cache: "test"),
+                                         block: .seconds(60), retryInterval: .seconds(3600), logger: Self.logger)
+        feed.start()
+        try await Eventually.wait(timeout: .seconds(30), "the feed to find the stream's end") { feed.following }
+        let upstream = ScriptedUpstream { n, request in
+            CacheFixture.response(headers: [("Cache-Control", "max-age=600")], body: request.method == .post ? "ok" : "v\(n)")
+        }
+        _ = try await send(a, upstream)
+        try await fleet.waitForVariants(1)
+        #expect(try await send(b, upstream).text == "v1")
+        let key = CacheMiddleware.key(authority: "api.test", target: "/items/1")
+        #expect(tiers.memory.variants(for: key).count == 1)
+        _ = try await send(a, upstream, .post)
+        try await Eventually.wait(timeout: .seconds(30), "B's feed to hear the invalidation") {
+            tiers.memory.variants(for: key).isEmpty
+        }
+        let stopping = ContinuousClock.now
+        await feed.stop()
+        #expect(stopping.duration(to: .now) < .seconds(30), "stop closed the blocked read, not its 60 s wait")
+        await fleet.stop()
+    }
+
     @Test("an invalidation on one replica reaches another's memory through the event stream")
     func invalidationFeed() async throws {
         let fleet = try await Fleet()

@@ -1,16 +1,21 @@
 import Logging
+import NIOCore
+import NIOPosix
 import RedisClient
 import Synchronization
 
 /// Every replica's memory tier hears the fleet's invalidations and purges (issue #43): a task
-/// that reads the store's `events` stream every `interval` (a quarter second: "within a
-/// second") and drops from this replica's memory what another replica invalidated.
+/// that waits on the store's `events` stream (`XREAD BLOCK`, on a connection of its own) and
+/// drops from this replica's memory what another replica invalidated, as soon as it is
+/// published — a Redis round trip after the other replica's write, so in practice before that
+/// replica's client has its answer and can ask here.
 ///
-/// Polling with `XRANGE` rather than subscribing keeps to the request/response client the
-/// stores already have, and survives reconnects: the stream remembers what a replica missed
-/// while it could not read. What the stream no longer remembers (trimmed, or Redis restarted)
-/// shows as a gap in the events' sequence numbers: then nothing in memory can be trusted, and
-/// the memory tier is emptied — the fleet tier still holds what is valid, so it refills cheaply.
+/// Its own connection because a blocked read holds up whatever is pipelined behind it: the
+/// requests' commands never queue behind the feed. The stream remembers what a replica missed
+/// while it could not read, so a reconnect loses nothing. What the stream no longer remembers
+/// (trimmed, or Redis restarted) shows as a gap in the events' sequence numbers: then nothing
+/// in memory can be trusted, and the memory tier is emptied — the fleet tier still holds what
+/// is valid, so it refills cheaply.
 final class CacheInvalidationFeed: Sendable {
     private struct Position {
         var lastID: String?
@@ -20,55 +25,92 @@ final class CacheInvalidationFeed: Sendable {
     let tier: SharedCacheTier
     let memory: InMemoryCacheStore
     let metrics: CacheMetrics
-    let interval: Duration
+    /// How long one blocked read waits for an event before it asks again.
+    let block: Duration
+    /// The wait after a failed read (Redis down) before the next.
+    let retryInterval: Duration
     private let position = Mutex(Position())
-    private let task = Mutex<Task<Void, Never>?>(nil)
+    /// The running task and its connection (closed by `stop`, which ends a blocked read at once).
+    private let running = Mutex<(task: Task<Void, Never>, listener: RedisConnectionPool)?>(nil)
     private let logger: Logger
 
-    init(tier: SharedCacheTier, memory: InMemoryCacheStore, metrics: CacheMetrics, interval: Duration = .milliseconds(250),
-         logger: Logger) {
+    init(tier: SharedCacheTier, memory: InMemoryCacheStore, metrics: CacheMetrics, block: Duration = .seconds(1),
+         retryInterval: Duration = .milliseconds(250), logger: Logger) {
         self.tier = tier
         self.memory = memory
         self.metrics = metrics
-        self.interval = interval
+        self.block = block
+        self.retryInterval = retryInterval
         self.logger = logger
     }
 
     func start() {
-        task.withLock { task in
-            guard task == nil else { return }
-            task = Task { [self] in
+        var configuration = tier.backend.config.redisConfiguration
+        configuration.connections = 1
+        configuration.commandTimeout = .nanoseconds(GatewayMetrics.nanoseconds(block)) + configuration.connectTimeout
+        configuration.clientName = "portico-cache-feed"
+        // One loop: the listener's one connection, whichever thread starts a read.
+        guard let listener = try? RedisConnectionPool(configuration: configuration,
+                                                       eventLoopGroup: MultiThreadedEventLoopGroup.singleton.next(),
+                                                       logger: logger) else {
+            logger.error("fleet cache: cannot open the invalidation feed's connection (TLS settings)")
+            return
+        }
+        running.withLock { running in
+            guard running == nil else { return }
+            let task = Task { [self] in
                 while !Task.isCancelled {
-                    await poll()
-                    try? await Task.sleep(for: interval)
+                    if await !poll(waiting: block, on: listener) {
+                        try? await Task.sleep(for: retryInterval)
+                    }
                 }
             }
+            running = (task, listener)
         }
     }
 
     func stop() async {
-        let running = task.withLock { task in
-            defer { task = nil }
-            return task
-        }
-        running?.cancel()
-        await running?.value
+        guard let (task, listener) = running.withLock({ running in
+            defer { running = nil }
+            return running
+        }) else { return }
+        task.cancel()
+        await listener.shutdown()
+        await task.value
     }
 
-    /// Reads what was published since the last read and applies it. Public to tests, which poll
-    /// by hand instead of waiting for the interval.
+    /// Whether the feed knows where the stream stands (its first read is done): events from then
+    /// on reach this replica.
+    var following: Bool { position.withLock { $0.lastID != nil } }
+
+    /// Reads what was published since the last read, without waiting, and applies it (tests
+    /// call it by hand instead of starting the feed).
     func poll() async {
+        _ = await poll(waiting: nil, on: tier.backend.pool)
+    }
+
+    /// One read: `waiting` blocks up to that long for a first event (on `pool`, which then must
+    /// be the feed's own connection). `false` when Redis did not answer.
+    private func poll(waiting: Duration?, on pool: RedisConnectionPool) async -> Bool {
         let start = position.withLock { $0 }
         guard let lastID = start.lastID else {
-            await begin()
-            return
+            return await begin(on: pool)
         }
+        var command: [RedisArgument] = ["XREAD", "COUNT", "512"]
+        if let waiting { command += ["BLOCK", .string(String(max(1, waiting.wholeMilliseconds)))] }
+        command += ["STREAMS", .bytes(tier.eventsKey), .string(lastID)]
         let reply: RESPValue
         do throws(RedisError) {
-            reply = try await tier.backend.send(["XRANGE", .bytes(tier.eventsKey), .string("(" + lastID), "+", "COUNT", "512"])
+            reply = try await pool.send(command)
         } catch {
-            return  // counted and logged by the store; the stream keeps what this replica missed
+            return false  // the stream keeps what this replica missed
         }
+        apply(Self.entries(ofRead: reply), after: start)
+        return true
+    }
+
+    private func apply(_ reply: RESPValue, after start: Position) {
+        guard let lastID = start.lastID else { return }
         var id = lastID
         var sequence = start.lastSequence
         for event in Self.events(in: reply) {
@@ -89,12 +131,23 @@ final class CacheInvalidationFeed: Sendable {
     }
 
     /// Starts from the newest event: what came before was published before this tier existed.
-    private func begin() async {
-        guard let reply = try? await tier.backend.send(["XREVRANGE", .bytes(tier.eventsKey), "+", "-", "COUNT", "1"]) else {
-            return
+    private func begin(on pool: RedisConnectionPool) async -> Bool {
+        guard let reply = try? await pool.send(["XREVRANGE", .bytes(tier.eventsKey), "+", "-", "COUNT", "1"]) else {
+            return false
         }
         let newest = Self.events(in: reply).first
         position.withLock { $0 = Position(lastID: newest?.id ?? "0-0", lastSequence: newest?.sequence) }
+        return true
+    }
+
+    /// The entries of an `XREAD` reply for one stream — RESP3 `{key: entries}`, RESP2
+    /// `[[key, entries]]`, `null` when the wait ended with nothing — as an `XRANGE` reply.
+    static func entries(ofRead reply: RESPValue) -> RESPValue {
+        switch reply {
+        case .map(let pairs): pairs.first?.value ?? .array([])
+        case .array(let streams): streams.first?.array.flatMap { $0.count == 2 ? $0[1] : nil } ?? .array([])
+        default: .array([])
+        }
     }
 
     struct Event: Equatable {

@@ -15,7 +15,7 @@ import Synchronization
 /// - `paths` (a sorted set by name, for purges by path prefix) and `expiry` (the same members by
 ///   expiry, to prune `paths` as entries expire), and `t:{hash of tag}` (the keys of one tag).
 /// - `seq` and `events`: a counter and a stream of invalidations and purges, which every replica
-///   polls to drop what its memory tier holds (`CacheInvalidationFeed`).
+///   waits on to drop what its memory tier holds (`CacheInvalidationFeed`).
 ///
 /// Only what the memory tier may store reaches it — RFC 9111's shared-cache rules are decided
 /// once, before either tier — and only entries of at most `max_entry_bytes`. Nothing here
