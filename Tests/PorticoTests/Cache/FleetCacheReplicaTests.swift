@@ -235,6 +235,19 @@ struct FleetCacheReplicaTests {
         await fleet.stop()
     }
 
+    /// A response stored through replica `a` and read by `b` (its memory holds it too); the
+    /// upstream answers a `POST` with "ok" and a `GET` with "v" and its count.
+    private func storedThroughAThenB(_ fleet: Fleet, _ a: CacheMiddleware, _ b: CacheMiddleware) async throws
+        -> (ScriptedUpstream, String) {
+        let upstream = ScriptedUpstream { n, request in
+            CacheFixture.response(headers: [("Cache-Control", "max-age=600")], body: request.method == .post ? "ok" : "v\(n)")
+        }
+        _ = try await send(a, upstream)
+        try await fleet.waitForVariants(1)
+        #expect(try await send(b, upstream).text == "v1")
+        return (upstream, CacheMiddleware.key(authority: "api.test", target: "/items/1"))
+    }
+
     /// The running feed waits on the stream (`XREAD BLOCK`): with a minute's block and an hour
     /// between failed reads, only a read that wakes on the event can hear it within the deadline
     /// (a poll every `block` would not), and `stop` ends the blocked read by closing its connection.
@@ -247,13 +260,7 @@ struct FleetCacheReplicaTests {
                                          block: .seconds(60), retryInterval: .seconds(3600), logger: Self.logger)
         feed.start()
         try await Eventually.wait(timeout: .seconds(30), "the feed to find the stream's end") { feed.following }
-        let upstream = ScriptedUpstream { n, request in
-            CacheFixture.response(headers: [("Cache-Control", "max-age=600")], body: request.method == .post ? "ok" : "v\(n)")
-        }
-        _ = try await send(a, upstream)
-        try await fleet.waitForVariants(1)
-        #expect(try await send(b, upstream).text == "v1")
-        let key = CacheMiddleware.key(authority: "api.test", target: "/items/1")
+        let (upstream, key) = try await storedThroughAThenB(fleet, a, b)
         #expect(tiers.memory.variants(for: key).count == 1)
         _ = try await send(a, upstream, .post)
         try await Eventually.wait(timeout: .seconds(30), "B's feed to hear the invalidation") {
@@ -271,13 +278,7 @@ struct FleetCacheReplicaTests {
         let (a, b) = (try fleet.replica(clock: clock), try fleet.replica(clock: clock))
         let feed = try #require(b.feed)
         await feed.poll()  // starts from the newest event
-        let upstream = ScriptedUpstream { n, request in
-            CacheFixture.response(headers: [("Cache-Control", "max-age=600")], body: request.method == .post ? "ok" : "v\(n)")
-        }
-        _ = try await send(a, upstream)
-        try await fleet.waitForVariants(1)
-        #expect(try await send(b, upstream).text == "v1")
-        let key = CacheMiddleware.key(authority: "api.test", target: "/items/1")
+        let (upstream, key) = try await storedThroughAThenB(fleet, a, b)
         #expect(try #require(b.tiers).memory.variants(for: key).count == 1)
 
         _ = try await send(a, upstream, .post)
