@@ -64,4 +64,8 @@ extension Result where Success == GatewayResponse {
     var response: GatewayResponse? {
         if case .success(let response) = self { response } else { nil }
     }
+
+    var failure: (any Error)? {
+        if case .failure(let error) = self { error } else { nil }
+    }
 }

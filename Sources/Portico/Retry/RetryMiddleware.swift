@@ -85,8 +85,10 @@ public struct RetryMiddleware: Middleware {
                     await race(request, context: context, delay: delay, hedgesLeft: &hedgesLeft,
                                attemptContext: attemptContext, next: next)
                 }
-                if case .failure(let error as CancellationError) = outcome { throw error }
-                if Task.isCancelled { throw CancellationError() }
+                if Task.isCancelled || (outcome.failure is CancellationError) {
+                    outcome.response?.discardBody(GatewayError(.clientClosedRequest, message: "the request was cancelled"))
+                    throw CancellationError()
+                }
             } else {
                 let started = clock.now
                 do {
