@@ -45,10 +45,9 @@ extension RetryMiddleware {
         latencies?[route].record(started.duration(to: now), at: now)
     }
 
-    /// One attempt raced by up to `hedgesLeft` hedges, each `delay` after the one before.
-    /// `attemptContext` gives an attempt starting at an instant its context (per-try deadline).
+    /// One attempt raced by up to `hedgesLeft` hedges, each `delay` after the one before; each
+    /// attempt has its own per-try deadline.
     func race(_ request: GatewayRequest, context: RequestContext, delay: Duration, hedgesLeft: inout Int,
-              attemptContext: @escaping @Sendable (ContinuousClock.Instant) -> RequestContext,
               next: @escaping NextHandler) async -> HedgeRace.Outcome {
         let clock = context.clock
         let route = context.route ?? ""
@@ -64,7 +63,7 @@ extension RetryMiddleware {
             // records the latest pick): restored when an earlier attempt wins.
             var endpoints: [String?] = []
             var outcome: HedgeRace.Outcome = .failure(CancellationError())
-            Self.addAttempt(0, to: &group, request: request, context: attemptContext(clock.now), next: next)
+            Self.addAttempt(0, to: &group, request: request, context: attemptContext(context, startingAt: clock.now), next: next)
             Self.addTimer(to: &group, clock: clock, at: clock.now.advanced(by: delay))
             while let event = await group.next() {
                 switch event {
@@ -79,7 +78,7 @@ extension RetryMiddleware {
                     }
                     left -= 1
                     endpoints.append(stats.update { $0.extra.first { $0.0 == "endpoint" }?.1 })
-                    Self.addAttempt(race.launched, to: &group, request: request, context: attemptContext(now),
+                    Self.addAttempt(race.launched, to: &group, request: request, context: attemptContext(context, startingAt: now),
                                     hedge: delay, next: next)
                     race.hedgeSent()
                     tally.sent += 1

@@ -69,12 +69,6 @@ public struct RetryMiddleware: Middleware {
         }
         let route = context.route ?? ""
         let overall = context.deadline
-        let perTryTimeout = config.perTryTimeout
-        let attemptContext: @Sendable (ContinuousClock.Instant) -> RequestContext = { start in
-            var attemptContext = context
-            if let perTry = perTryTimeout { attemptContext.deadline = min(overall, start.advanced(by: perTry)) }
-            return attemptContext
-        }
         var hedgesLeft = config.hedge?.maxExtra ?? 0
         var attempt = 1
         while true {
@@ -82,8 +76,7 @@ public struct RetryMiddleware: Middleware {
             if hedgesLeft > 0, let delay = hedgeDelay(route: route, now: clock.now) {
                 // The race ends before `handle` returns: its tasks never outlive `next`.
                 outcome = await withoutActuallyEscaping(next) { next in
-                    await race(request, context: context, delay: delay, hedgesLeft: &hedgesLeft,
-                               attemptContext: attemptContext, next: next)
+                    await race(request, context: context, delay: delay, hedgesLeft: &hedgesLeft, next: next)
                 }
                 if Task.isCancelled || (outcome.failure is CancellationError) {
                     outcome.response?.discardBody(GatewayError(.clientClosedRequest, message: "the request was cancelled"))
@@ -92,7 +85,7 @@ public struct RetryMiddleware: Middleware {
             } else {
                 let started = clock.now
                 do {
-                    let response = try await next(request, attemptContext(started))
+                    let response = try await next(request, attemptContext(context, startingAt: started))
                     recordLatency(route: route, since: started, now: clock.now)
                     outcome = .success(response)
                 } catch let error as CancellationError {
@@ -142,6 +135,15 @@ public struct RetryMiddleware: Middleware {
             }
             attempt += 1
         }
+    }
+
+    /// The context of an attempt starting at `start`: its deadline is `per_try_timeout` on,
+    /// never past the request's.
+    func attemptContext(_ context: RequestContext, startingAt start: ContinuousClock.Instant) -> RequestContext {
+        guard let perTry = config.perTryTimeout else { return context }
+        var attemptContext = context
+        attemptContext.deadline = min(context.deadline, start.advanced(by: perTry))
+        return attemptContext
     }
 
     /// Why this outcome deserves another attempt, or `nil` when it does not.
