@@ -124,4 +124,34 @@ struct HedgeTests {
         await gateway.stop()
         await pair.stop()
     }
+
+    @Test("the trace shows the hedge: a hedge span with its attempt below, and the counts on the server span")
+    func traced() async throws {
+        let receiver = try await OTLPReceiver.start()
+        defer { receiver.stop() }
+        let pair = try await HangingPair.start()
+        var config = Self.config(pair, transport: .nio, retry: Self.hedged())
+        var tracing = TracingConfig(endpoint: URL(string: receiver.endpoint)!)
+        tracing.scheduleDelay = .milliseconds(50)
+        config.tracing = tracing
+        let gateway = try TestGateway(config)
+        let response = try await gateway.request("GET", "/api/item")
+        #expect(response.status == 200)
+        let spans = try await receiver.waitForSpans("the server span, two attempts and a hedge") { spans in
+            spans.contains { $0.kind == "server" } && spans.filter { $0.kind == "client" }.count == 2
+                && spans.contains { $0.name == "hedge" }
+        }
+        await gateway.stop()
+        await pair.stop()
+        let server = try #require(spans.first { $0.kind == "server" })
+        #expect(server.attributes["portico.hedge.sent"] == .int(1))
+        #expect(server.attributes["portico.hedge.cancelled"] == .int(1))
+        let hedge = try #require(spans.first { $0.name == "hedge" })
+        #expect(hedge.parentSpanID == server.spanID)
+        #expect(hedge.attributes["portico.hedge.number"] == .int(1))
+        #expect(hedge.attributes["portico.hedge.delay_ms"] == .int(100))
+        let attempts = spans.filter { $0.kind == "client" }
+        #expect(attempts.contains { $0.parentSpanID == hedge.spanID })
+        #expect(attempts.contains { $0.parentSpanID == server.spanID })
+    }
 }
