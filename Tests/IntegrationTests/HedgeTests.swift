@@ -67,6 +67,7 @@ struct HedgeTests {
         // The hedge, unless the first attempt was so slow to arrive that the hedge got the hang.
         #expect(["1", "2"].contains(line["hedge_winner"]?.description))
         #expect(line["hedges_cancelled"]?.description == "1")
+        #expect(line["attempts"]?.description == "2" && line["retries"]?.description == "0")
         // The connection that answered is reused; the gateway keeps serving.
         let again = try await gateway.request("GET", "/api/item")
         #expect(again.status == 200)
