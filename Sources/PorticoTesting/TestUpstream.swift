@@ -53,6 +53,9 @@ public final class TestUpstream: Sendable {
             case closeAfterBody(declaredLength: Int)
             /// Never answer (the connection stays open until the client leaves or shutdown).
             case never
+            /// Never answer; when the client closes the connection, count it in `abandoned`
+            /// (a hedge's loser, a cancelled exchange).
+            case untilClientCloses
             /// Send the head, then each piece `body` yields as it comes (chunked, unless the
             /// headers declare a `Content-Length`), then end as `end` says.
             case streamed(AsyncStream<[UInt8]>, end: StreamEnd)
@@ -133,6 +136,13 @@ public final class TestUpstream: Sendable {
             return response
         }
 
+        /// No answer until the client closes the connection (see `abandoned`).
+        public static var untilClientCloses: Response {
+            var response = Response()
+            response.ending = .untilClientCloses
+            return response
+        }
+
         /// A response whose body is sent piece by piece as `body` yields: chunked unless
         /// `headers` declare a `Content-Length`.
         public static func streamed(status: Int = 200, headers: [(name: String, value: String)] = [],
@@ -189,6 +199,7 @@ public final class TestUpstream: Sendable {
         var port: Int = 0
         var accepted = 0
         var open = 0
+        var abandoned = 0
     }
 
     private let fallback: Handler
@@ -225,6 +236,9 @@ public final class TestUpstream: Sendable {
     /// Connections accepted so far, and those still open (a client's pool reusing or dropping them).
     public var connections: (accepted: Int, open: Int) { state.withLock { ($0.accepted, $0.open) } }
 
+    /// Requests answered `untilClientCloses` whose client has closed the connection.
+    public var abandoned: Int { state.withLock { $0.abandoned } }
+
     /// The bound port (0 before `start()`).
     public var port: Int { state.withLock { $0.port } }
 
@@ -260,6 +274,7 @@ public final class TestUpstream: Sendable {
     private func serve(_ connection: Connection) async {
         state.withLock { $0.accepted += 1; $0.open += 1 }
         defer { state.withLock { $0.open -= 1 } }
+        let channel = connection.channel
         try? await connection.executeThenClose { inbound, outbound in
             var head: HTTPRequestHead?
             var body: [UInt8] = []
@@ -280,6 +295,11 @@ public final class TestUpstream: Sendable {
                     if let delay = response.delay { try await Task.sleep(for: delay) }
                     if case .never = response.ending {
                         while true { try await Task.sleep(for: .seconds(3600)) }
+                    }
+                    if case .untilClientCloses = response.ending {
+                        try? await channel.closeFuture.get()
+                        state.withLock { $0.abandoned += 1 }
+                        return
                     }
                     try await outbound.write(Self.serialize(response, for: request))
                     if case .closeAfterBody = response.ending { return }

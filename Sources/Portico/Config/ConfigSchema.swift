@@ -348,6 +348,12 @@ public enum ConfigSchema {
             key("budget", .percentage, "Retries add at most this on top of requests; default 20%."),
             key("min_retries_per_second", .integer(0...100_000), "Retries allowed regardless of traffic; default 3."),
             key("max_retry_after", .duration(), "A longer upstream Retry-After goes back to the client at once; default 5s."),
+            key("hedge", .section(Section("Race an attempt still without a response head by another (idempotent methods only; each hedge takes one from budget).", [
+                key("after", .either([.pattern("^p[0-9]+(\\.[0-9]+)?$", note: "a percentile p50-p99.9"), .duration(positive: true)]),
+                    "p50-p99.9 of the route's recent upstream latency, or a fixed delay; default p90."),
+                key("min", .duration(), "The delay is never shorter; default 20ms."),
+                key("max_extra", .integer(1...3), "Hedges one request may send in all; default 1."),
+            ])), "Hedged requests: the first good response head wins, the others are cancelled; default none."),
         ])),
     ]
 

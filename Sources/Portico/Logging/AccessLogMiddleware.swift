@@ -178,7 +178,9 @@ public struct AccessLogMiddleware: ImmediateMiddleware {
             if stats.attempts > 0 {
                 metadata["upstream_ms"] = .string(Self.milliseconds(stats.upstreamDuration))
                 metadata["attempts"] = .stringConvertible(stats.attempts)
-                metadata["retries"] = .stringConvertible(max(0, stats.attempts - 1))
+                // Hedges are attempts too, but not retries (they have their own `hedges`).
+                let hedges = stats[RetryMiddleware.Tally.self]?.sent ?? 0
+                metadata["retries"] = .stringConvertible(max(0, stats.attempts - 1 - hedges))
             }
             if let cache = stats.cacheStatus { metadata["cache"] = .string(cache) }
             if let credential = stats.credential { metadata["credential"] = .string(credential) }

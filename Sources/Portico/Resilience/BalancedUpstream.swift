@@ -149,8 +149,11 @@ public final class BalancedUpstream: UpstreamClient {
         let set = currentSet(rowIndex)
         let now = outlier.moment(context.clock.now)
         let pick = context.stats.update { values in
-            let pick = self.pick(now: now, avoiding: values[FailedEndpoint.self], row: row, set: set)
+            // A hedge (`RacingEndpoint`, set only while attempts race) avoids the attempt it races.
+            let racing = values[RacingEndpoint.self]
+            let pick = self.pick(now: now, avoiding: values[FailedEndpoint.self] ?? racing?.column, row: row, set: set)
             values.recordEndpoint(set.endpoints[pick.index].address)
+            if racing != nil { values[RacingEndpoint.self] = RacingEndpoint.Mark(column: set.columns[pick.index]) }
             return pick
         }
         let endpoint = set.endpoints[pick.index]

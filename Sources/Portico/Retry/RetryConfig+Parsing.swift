@@ -22,6 +22,9 @@ extension RetryConfig {
         m.read("budget", into: &c.budget) { $0.percentage() }
         m.read("min_retries_per_second", into: &c.minRetriesPerSecond) { $0.int(in: 0...100_000) }
         m.read("max_retry_after", into: &c.maxRetryAfter) { $0.duration() }
+        if let node = m.value("hedge") {
+            c.hedge = HedgeConfig.parse(node, methods: c.methods)
+        }
         return c
     }
 }

@@ -38,6 +38,8 @@ public struct RetryConfig: Sendable, Equatable {
     public var minRetriesPerSecond: Int = 3
     /// A `Retry-After` longer than this is not waited for: the response goes back at once.
     public var maxRetryAfter: Duration = .seconds(5)
+    /// Race a slow attempt with another (`hedge:`); `nil`: attempts only follow failures.
+    public var hedge: HedgeConfig?
 
     public init() {}
 }

@@ -9,7 +9,7 @@ struct RetryKind: MiddlewareKind {
 
     func make(name: String, settings: RetryConfig, previous: RetryMiddleware?,
               context: MiddlewareBuildContext) -> RetryMiddleware {
-        RetryMiddleware(settings, budget: previous?.budget)
+        RetryMiddleware(settings, budget: previous?.budget, latencies: previous?.latencies)
     }
 }
 

@@ -14,9 +14,14 @@ import HTTPTypes
 /// timeout (without one: any time at all) still fits before the request's deadline.
 ///
 /// Load: a `RetryBudget` shared by the instance bounds retries to a fraction of traffic.
+///
+/// Tail: with `hedge`, an attempt still without a response head after the hedge delay is raced
+/// by another (`RetryMiddleware+Hedging`), paid from the same budget.
 public struct RetryMiddleware: Middleware {
     public let config: RetryConfig
     public let budget: RetryBudget
+    /// Each route's recent upstream latency, for `hedge.after: pNN` (nil otherwise).
+    let latencies: RouteLatencies?
     let backoff: Backoff
     /// Uniform in `[0, 1)`; injectable so tests can pin the jitter.
     let random: @Sendable () -> Double
@@ -26,10 +31,22 @@ public struct RetryMiddleware: Middleware {
     static let retries = LabelledCounters("portico_retries_total")
     static let budgetExhausted = LabelledCounters("portico_retry_budget_exhausted_total")
 
+    /// `latencies`: a predecessor's estimators, kept when they estimate the same percentile.
     public init(_ config: RetryConfig, budget: RetryBudget? = nil,
                 random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
+        self.init(config, budget: budget, latencies: nil, random: random)
+    }
+
+    init(_ config: RetryConfig, budget: RetryBudget?, latencies: RouteLatencies?,
+         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.config = config
         self.budget = budget ?? RetryBudget(ratio: config.budget, minPerSecond: config.minRetriesPerSecond)
+        if case .percentile(let percentile) = config.hedge?.after {
+            let settings = LatencyEstimator.Settings(percentile: percentile)
+            self.latencies = latencies?.settings == settings ? latencies : RouteLatencies(settings)
+        } else {
+            self.latencies = nil
+        }
         self.backoff = Backoff(base: config.backoffBase, cap: config.backoffCap)
         self.random = random
         self.retryStatuses = Set(config.on.compactMap { condition -> Int? in
@@ -42,7 +59,7 @@ public struct RetryMiddleware: Middleware {
     public func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
         let clock = context.clock
         budget.recordRequest(at: clock.now)
-        guard config.attempts > 1, methods.contains(request.method.rawValue) else {
+        guard config.attempts > 1 || config.hedge != nil, methods.contains(request.method.rawValue) else {
             return try await next(request, context)
         }
         guard request.body.isReplayable else {
@@ -52,19 +69,30 @@ public struct RetryMiddleware: Middleware {
         }
         let route = context.route ?? ""
         let overall = context.deadline
+        var hedgesLeft = config.hedge?.maxExtra ?? 0
         var attempt = 1
         while true {
-            var attemptContext = context
-            if let perTry = config.perTryTimeout {
-                attemptContext.deadline = min(overall, clock.now.advanced(by: perTry))
-            }
             let outcome: Result<GatewayResponse, any Error>
-            do {
-                outcome = .success(try await next(request, attemptContext))
-            } catch let error as CancellationError {
-                throw error
-            } catch {
-                outcome = .failure(error)
+            if hedgesLeft > 0, let delay = hedgeDelay(route: route, now: clock.now) {
+                // The race ends before `handle` returns: its tasks never outlive `next`.
+                outcome = await withoutActuallyEscaping(next) { next in
+                    await race(request, context: context, delay: delay, hedgesLeft: &hedgesLeft, next: next)
+                }
+                if Task.isCancelled || (outcome.failure is CancellationError) {
+                    outcome.response?.discardBody(GatewayError(.clientClosedRequest, message: "the request was cancelled"))
+                    throw CancellationError()
+                }
+            } else {
+                let started = clock.now
+                do {
+                    let response = try await next(request, attemptContext(context, startingAt: started))
+                    recordLatency(route: route, since: started, now: clock.now)
+                    outcome = .success(response)
+                } catch let error as CancellationError {
+                    throw error
+                } catch {
+                    outcome = .failure(error)
+                }
             }
             guard attempt < config.attempts, let reason = retryReason(outcome) else {
                 return try outcome.get()
@@ -107,6 +135,15 @@ public struct RetryMiddleware: Middleware {
             }
             attempt += 1
         }
+    }
+
+    /// The context of an attempt starting at `start`: its deadline is `per_try_timeout` on,
+    /// never past the request's.
+    func attemptContext(_ context: RequestContext, startingAt start: ContinuousClock.Instant) -> RequestContext {
+        guard let perTry = config.perTryTimeout else { return context }
+        var attemptContext = context
+        attemptContext.deadline = min(context.deadline, start.advanced(by: perTry))
+        return attemptContext
     }
 
     /// Why this outcome deserves another attempt, or `nil` when it does not.

@@ -142,6 +142,12 @@ struct TracedRoute: Responder {
                 if let cache = stats.cacheStatus { attributes["portico.cache.status"] = cache }
                 if let credential = stats.credential { attributes["portico.credential"] = credential }
                 if stats.attempts > 0 { attributes["portico.upstream.attempts"] = stats.attempts }
+                if let hedges = stats[RetryMiddleware.Tally.self] {
+                    attributes["portico.hedge.sent"] = hedges.sent
+                    attributes["portico.hedge.won"] = hedges.won
+                    attributes["portico.hedge.cancelled"] = hedges.cancelled
+                    attributes["portico.hedge.winner"] = hedges.winner
+                }
                 if let failure {
                     attributes[OTelAttribute.error.type] = failure
                 } else if status >= 500 {

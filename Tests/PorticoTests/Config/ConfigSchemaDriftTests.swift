@@ -198,7 +198,7 @@ struct ConfigSchemaDriftTests {
                 store: fleet
                 on_store_error: local
                 headers: true
-              retry: { type: retry, backoff: { base: 10ms, cap: 1s } }
+              retry: { type: retry, backoff: { base: 10ms, cap: 1s }, hedge: { after: p95, min: 10ms, max_extra: 1 } }
               stamp:
                 type: headers
                 request: { remove: [X-Debug], set: { X-Route: "${route}" }, add: { X-Seen-By: portico } }

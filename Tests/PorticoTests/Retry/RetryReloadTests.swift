@@ -1,4 +1,4 @@
-import Portico
+@testable import Portico
 import PorticoTesting
 import Testing
 
@@ -45,5 +45,31 @@ struct RetryReloadTests {
         for runtime in [first, same, changed] {
             await runtime.shutdown()
         }
+    }
+
+    @Test("a reload with unchanged settings keeps each route's latency estimate for hedge: after: pNN")
+    func keepsLatencies() async throws {
+        let clock = ManualClock()
+        var config = Self.config()
+        config.middleware["retry"] = .retry(RetryConfig.hedged(after: .percentile(90)))
+        let first = try GatewayRuntime(config: config, logger: RetryFixture.logger, clock: clock)
+        let retry = try #require(first.middleware["retry"] as? RetryMiddleware)
+        for _ in 0..<20 { retry.recordLatency(route: "ping", since: clock.now, now: clock.now.advanced(by: .milliseconds(40))) }
+        clock.advance(by: .seconds(1))
+        #expect(retry.hedgeDelay(route: "ping", now: clock.now) == .milliseconds(40))
+        let same = try GatewayRuntime(config: config, logger: RetryFixture.logger, clock: clock, previous: first)
+        let kept = try #require(same.middleware["retry"] as? RetryMiddleware)
+        #expect(kept.hedgeDelay(route: "ping", now: clock.now) == .milliseconds(40))
+        for runtime in [first, same] {
+            await runtime.shutdown()
+        }
+    }
+}
+
+extension RetryConfig {
+    static func hedged(after: HedgeConfig.Delay) -> RetryConfig {
+        var retry = RetryConfig()
+        retry.hedge = HedgeConfig(after: after)
+        return retry
     }
 }
