@@ -7,7 +7,8 @@
 ///   the upstream answers in when nothing queues. The target is that × `target_latency`'s factor
 ///   (or a fixed latency).
 /// - **At or under the target** the upstream is not queueing: the limit grows by √limit (fast
-///   from a low limit, slower as it gets high), but only when the window used at least half of it
+///   from a low limit, slower as it gets high) times the headroom left, (target − average) ÷
+///   (target − minimum), at least by one; but only when the window used at least half of it
 ///   (Little's law: completions × average latency ÷ window): light traffic proves nothing about
 ///   what the upstream can take, and a limit grown idle would let the next burst through whole.
 /// - **Over the target** the limit is scaled by target ÷ average (never below half at once):
@@ -85,7 +86,11 @@ struct AdaptiveLimit: Sendable, Equatable {
             slowWindowsAtMinimum = 0
             let used = average * Double(window.completed) / Double(window.duration)
             guard used * 2 >= limit, limit < Double(config.max) else { return .held }
-            limit = Swift.min(Double(config.max), limit + limit.squareRoot())
+            // Full steps while nothing queues, smaller as the latency nears the target (at least
+            // one request, to keep probing): it settles just under the target, not in a saw-tooth over it.
+            let minimum = Double(minLatency ?? Int64(average))
+            let headroom = target > minimum ? Swift.min(1, Swift.max(0, (target - average) / (target - minimum))) : 1
+            limit = Swift.min(Double(config.max), limit + Swift.max(1, limit.squareRoot() * headroom))
             return .grew
         }
         let floor = Double(config.min)
