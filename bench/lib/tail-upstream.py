@@ -9,6 +9,7 @@ rest queue in arrival order (latency grows with the queue, as an overloaded serv
 Prints "ready" once every port listens.
 """
 import asyncio
+import collections
 import json
 import sys
 
@@ -16,7 +17,8 @@ import sys
 class Port:
     def __init__(self, port, delay_ms, capacity):
         self.port, self.delay, self.capacity = port, delay_ms / 1000, capacity
-        self.gate = asyncio.Semaphore(capacity) if capacity else None
+        self.free = capacity
+        self.queue = collections.deque()
         self.requests = 0
         self.now = 0
         self.peak = 0
@@ -26,13 +28,34 @@ class Port:
         self.now += 1
         self.peak = max(self.peak, self.now)
         try:
-            if self.gate:
-                async with self.gate:
+            if self.capacity:
+                await self.acquire()
+                try:
                     await asyncio.sleep(self.delay)
+                finally:
+                    self.release()
             elif self.delay:
                 await asyncio.sleep(self.delay)
         finally:
             self.now -= 1
+
+    # A strict FIFO gate (asyncio.Semaphore lets a newcomer take a freed slot before a waiter
+    # wakes, which starves some requests for seconds and is not the queue being modelled).
+    async def acquire(self):
+        if self.free > 0 and not self.queue:
+            self.free -= 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self.queue.append(waiter)
+        await waiter
+
+    def release(self):
+        while self.queue:
+            waiter = self.queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
 
     async def serve(self, reader, writer):
         try:
