@@ -11,12 +11,30 @@ public struct UpstreamReport: Sendable, Encodable {
         /// No endpoint is up: attempts are spread over all of them.
         public var allDown: Bool
         public var circuitBreaker: Breaker?
+        /// `concurrency: adaptive`'s limit now; `nil` without.
+        public var adaptiveConcurrency: Adaptive? = nil
         public var endpoints: [Endpoint]
 
         enum CodingKeys: String, CodingKey {
             case name, transport, balance, endpoints
             case allDown = "all_down"
             case circuitBreaker = "circuit_breaker"
+            case adaptiveConcurrency = "adaptive_concurrency"
+        }
+    }
+
+    public struct Adaptive: Sendable, Encodable {
+        public var limit: Int
+        public var min: Int
+        public var max: Int
+        /// The fastest answer the limit measures against, in milliseconds (`nil` before any).
+        public var minLatencyMs: Double?
+        public var inFlight: Int
+
+        enum CodingKeys: String, CodingKey {
+            case limit, min, max
+            case minLatencyMs = "min_latency_ms"
+            case inFlight = "in_flight"
         }
     }
 
@@ -128,6 +146,10 @@ extension BalancedUpstream {
             allDown: !statuses.contains { $0.isUp },
             circuitBreaker: breaker.map {
                 UpstreamReport.Breaker(maxRequests: $0.maxRequests, maxPending: $0.maxPending, inFlight: $0.current)
+            },
+            adaptiveConcurrency: adaptive.map {
+                UpstreamReport.Adaptive(limit: $0.limit, min: $0.config.min, max: $0.config.max,
+                                        minLatencyMs: $0.minLatency.map { ($0.secondsValue * 1e6).rounded() / 1e3 }, inFlight: $0.current)
             },
             endpoints: endpoints)
     }

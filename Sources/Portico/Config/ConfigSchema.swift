@@ -161,6 +161,9 @@ public enum ConfigSchema {
         key("health_check", .section(healthCheck), "Active checks per endpoint, off the request path; default none."),
         key("outlier_detection", .section(outlierDetection), "Passive ejection of failing endpoints; defaults apply when absent."),
         key("circuit_breaker", .section(circuitBreaker), "Immediate 503 upstream_overloaded past these; default none."),
+        key("concurrency", .either([.choice(["adaptive"]), .integer(1...1_000_000)]),
+            "Requests in flight at once: a number (circuit_breaker.max_requests) or adaptive (a limit that follows latency); default none."),
+        key("adaptive_concurrency", .section(adaptiveConcurrency), "With concurrency: adaptive: the limit's bounds, window and target; defaults apply when absent."),
         key("transport", words(UpstreamConfig.Transport.self), "urlsession (default; Foundation) or nio (Portico's pool on SwiftNIO)."),
         key("connect_timeout", .duration(positive: true), "Default 2s."),
         key("timeout", .duration(positive: true), "One exchange with the upstream; default 15s."),
@@ -204,6 +207,14 @@ public enum ConfigSchema {
     static let circuitBreaker = Section("Limits for the whole upstream, shared by every thread.", [
         key("max_requests", .integer(1...1_000_000), "Requests in flight at once; default 1024."),
         key("max_pending", .integer(0...1_000_000), "Requests waiting for a connection beyond the endpoints' max_connections; default 1024."),
+    ])
+
+    static let adaptiveConcurrency = Section("A gradient limit on requests in flight: it grows while latency stays near the target, falls as it climbs.", [
+        key("min", .integer(1...1_000_000), "The limit never falls below this; not above max; default 4."),
+        key("max", .integer(1...1_000_000), "The limit never grows above this; default 1000."),
+        key("sample_window", .duration(positive: true), "The limit is worked out again this often, from that time's answers; at least 10ms; default 250ms."),
+        key("target_latency", .either([.pattern("^min_rtt\\s*[×*]\\s*[0-9]+(\\.[0-9]+)?$", note: "min_rtt × FACTOR (1 to 10)"), .duration(positive: true)]),
+            "min_rtt × FACTOR (the fastest answer seen, times 1 to 10) or a fixed latency such as 200ms; default min_rtt × 1.5."),
     ])
 
     static let clientTLS = Section("TLS client settings; the urlsession transport on Linux refuses them (use transport: nio).", [

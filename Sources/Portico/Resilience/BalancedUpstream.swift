@@ -12,6 +12,8 @@ import Synchronization
 ///   failing, puts it on probation afterwards, and says what each endpoint is now
 ///   (`EndpointStatus`), which picking, `GET /upstreams`, metrics and `explain` read.
 /// - **`CircuitBreaker`**: refuses at once (`503 upstream_overloaded`) past its limits.
+/// - **`AdaptiveConcurrency`** (`concurrency: adaptive`): the same refusal past a limit that
+///   follows the upstream's latency; fed each attempt's latency.
 /// - **`HealthChecks`**: one active check per endpoint, off the request path.
 /// - **`EndpointResolution`**: the endpoints a name resolves to (`dns_refresh`).
 /// - **Following streams** (here): a streamed response is in flight, and judged, at its end.
@@ -22,9 +24,10 @@ import Synchronization
 /// **The request path.** A pick loads each endpoint's status (`EndpointState`'s records: atomics
 /// written only when something changes) and reads and writes the calling loop's own row
 /// (`LoopSlots`: its in-flight count per endpoint, the policy's words, its random state), which no
-/// other loop writes. A success on an endpoint that is up writes nothing shared. The one word every
-/// loop writes is the breaker's `SharedCap` (`upstreams.NAME.max_requests`), and only when
-/// `circuit_breaker` is configured. A resolved upstream (`dns_refresh`) reads its endpoint set
+/// other loop writes. A success on an endpoint that is up writes nothing shared (`ewma` writes its
+/// latency into the loop's own row). The words every loop writes are the breaker's `SharedCap`
+/// (`upstreams.NAME.max_requests`), only when `circuit_breaker` is configured, and the adaptive
+/// limit's (`upstreams.NAME.concurrency`), only with `concurrency: adaptive`. A resolved upstream (`dns_refresh`) reads its endpoint set
 /// from its loop's own slot (a lock only that loop takes per request; a changed answer writes
 /// every slot once).
 ///
@@ -45,6 +48,7 @@ public final class BalancedUpstream: UpstreamClient {
     let clock: any GatewayClock
     let outlier: OutlierDetector
     let breaker: CircuitBreaker?
+    let adaptive: AdaptiveConcurrency?
     private let policy: any BalancingPolicy
     private let healthChecks: HealthChecks
     private let source: Source
@@ -90,6 +94,12 @@ public final class BalancedUpstream: UpstreamClient {
         outlier = OutlierDetector(config: config.outlierDetection, upstream: config.name,
                                   origin: previous?.outlier.origin ?? clock.now, logger: logger)
         breaker = CircuitBreaker(config, metricsFactory: metricsFactory)
+        adaptive = config.adaptiveConcurrency.map { adaptiveConfig in
+            // The same limit and minimum go on across a reload that keeps its settings.
+            if let kept = previous?.adaptive, kept.config == adaptiveConfig, previous?.loops === loops { return kept }
+            return AdaptiveConcurrency(config: adaptiveConfig, upstream: config.name, rows: loops.count + 1,
+                                       origin: clock.now, metricsFactory: metricsFactory)
+        }
         let policy = config.balance.makePolicy()
         self.policy = policy
         let healthChecks = HealthChecks(config: config.healthCheck, upstream: config.name, clock: clock, logger: logger)
@@ -102,6 +112,8 @@ public final class BalancedUpstream: UpstreamClient {
         }
         let initial: [EndpointState]
         let columns: Int
+        /// Each endpoint taken over: its column here and in `previous`.
+        var keptColumns: [(new: Int, old: Int)] = []
         if let refresh = config.dnsRefresh, let host = config.url.host {
             // Until the first answer: the name itself, resolved by the transport per connection.
             initial = [makeEndpoint(config.url, Self.endpointConfig(config, url: config.url))]
@@ -114,10 +126,14 @@ public final class BalancedUpstream: UpstreamClient {
                 Dictionary(previous.endpoints.map { ($0.address, $0) }, uniquingKeysWith: { first, _ in first })
             } ?? [:]
             var takenOver: Set<String> = []
-            initial = config.endpoints.map { url in
+            let previousColumns: [String: Int] = if let previous, case .fixed(let set) = previous.source {
+                Dictionary(zip(set.endpoints.map(\.address), set.columns), uniquingKeysWith: { first, _ in first })
+            } else { [:] }
+            initial = config.endpoints.enumerated().map { index, url in
                 let own = Self.endpointConfig(config, url: url)
                 if let kept = reusable[UpstreamTarget(baseURL: url).authority], kept.config == own {
                     takenOver.insert(kept.address)
+                    if let old = previousColumns[kept.address] { keptColumns.append((index, old)) }
                     return kept
                 }
                 return makeEndpoint(url, own)
@@ -126,9 +142,20 @@ public final class BalancedUpstream: UpstreamClient {
             source = .fixed(EndpointSet(initial, columns: Array(initial.indices)))
             columns = initial.count
         }
-        let layout = RowLayout(columns: columns, stateWords: type(of: policy).stateWords)
+        let layout = RowLayout(columns: columns, stateWords: type(of: policy).stateWords, columnWords: type(of: policy).columnWords)
         self.layout = layout
-        rows = (0...loops.count).map { _ in layout.makeRow() }
+        let rows = (0...loops.count).map { _ in layout.makeRow() }
+        self.rows = rows
+        if let previous, type(of: previous.policy) == type(of: policy), layout.columnWords > 0 {
+            // The policy's words of each endpoint taken over (`ewma`'s estimates), loop by loop.
+            for (row, old) in zip(rows, previous.rows) {
+                for (new, oldColumn) in keptColumns {
+                    for word in 0..<layout.columnWords {
+                        row.store(layout.columnSlot(word, of: new), old.load(previous.layout.columnSlot(word, of: oldColumn)))
+                    }
+                }
+            }
+        }
         healthChecks.start(initial)
         if case .resolved(let resolution) = source {
             resolution.start { added, removed in
@@ -139,11 +166,20 @@ public final class BalancedUpstream: UpstreamClient {
     }
 
     nonisolated(nonsending) public func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        try breaker?.admit()
+        try adaptive?.admit()
+        do { try breaker?.admit() } catch {
+            adaptive?.release()
+            throw error
+        }
         // Until the exchange is over: at the response head, or for a streamed body when it ends
         // (`followStream`, which then takes these over).
         var streaming = false
-        defer { if !streaming { breaker?.release() } }
+        defer {
+            if !streaming {
+                breaker?.release()
+                adaptive?.release()
+            }
+        }
         let rowIndex = loops.currentIndex ?? loops.count
         let row = rows[rowIndex]
         let set = currentSet(rowIndex)
@@ -159,15 +195,18 @@ public final class BalancedUpstream: UpstreamClient {
         let endpoint = set.endpoints[pick.index]
         let column = set.columns[pick.index]
         // A lone endpoint without a breaker has nothing to follow a streamed body for.
-        let followsStreams = breaker != nil || set.endpoints.count > 1
+        let followsStreams = breaker != nil || adaptive != nil || set.endpoints.count > 1
         if pick.allDown { metrics.allDown.increment() }
         endpoint.metrics.requests.increment()
         row.add(column, 1)
         defer { if !streaming { row.add(column, -1) } }
+        let sent = context.clock.now
         do {
             var response = try await endpoint.client.send(request, context: context)
             let failure = EndpointFailure(status: response.status.code, policy: config.outlierDetection.failures)
             let follow = followsStreams && response.body.isStreamed
+            // A good head's latency is the endpoint's (a fast error says nothing of how fast it answers).
+            if failure == nil { observe(since: sent, column: column, row: row, rowIndex: rowIndex, clock: context.clock) }
             if let failure {
                 outlier.failed(endpoint, failure, at: outlier.moment(context.clock.now), among: set.endpoints)
                 context.stats.update { $0[FailedEndpoint.self] = column }
@@ -182,11 +221,24 @@ public final class BalancedUpstream: UpstreamClient {
             return response
         } catch {
             if let failure = EndpointFailure(error: error) {
+                // A timeout is latency too: the slowest kind.
+                if failure == .timeout { observe(since: sent, column: column, row: row, rowIndex: rowIndex, clock: context.clock) }
                 outlier.failed(endpoint, failure, at: outlier.moment(context.clock.now), among: set.endpoints)
                 context.stats.update { $0[FailedEndpoint.self] = column }
             }
             throw error
         }
+    }
+
+    /// An attempt's answer came: its latency to the policy (this loop's row) and the adaptive limit.
+    @inline(__always)
+    private func observe(since sent: ContinuousClock.Instant, column: Int, row: LoopSlots, rowIndex: Int, clock: any GatewayClock) {
+        let now = clock.now
+        let latency = sent.duration(to: now)
+        if layout.columnWords > 0 {
+            policy.observe(latency: OutlierDetector.nanoseconds(latency), column: column, row: row, layout: layout, at: outlier.moment(now))
+        }
+        adaptive?.record(latency: latency, row: rowIndex, at: now)
     }
 
     /// A streamed response is in flight until its body ends, not at its head: the breaker's
@@ -198,10 +250,11 @@ public final class BalancedUpstream: UpstreamClient {
     /// the loop's own row is written back on the loop, so no other thread writes it.
     private func followStream(_ body: inout Body, endpoint: EndpointState, set: EndpointSet, row: LoopSlots, rowIndex: Int,
                               column: Int, clock: any GatewayClock, success allDown: Bool?) {
-        let breaker = breaker, outlier = outlier
+        let breaker = breaker, adaptive = adaptive, outlier = outlier
         let loop = rowIndex < loops.count ? loops.loops[rowIndex] : nil
         body.append(StreamObserver(clock: clock, onEnd: { observation in
             breaker?.release()
+            adaptive?.release()
             if let loop, !loop.inEventLoop {
                 loop.execute { row.add(column, -1) }
             } else {
@@ -253,6 +306,7 @@ public final class BalancedUpstream: UpstreamClient {
         own.url = url
         own.endpoints = [url]
         own.circuitBreaker = nil
+        own.adaptiveConcurrency = nil
         own.healthCheck = nil
         own.balance = .roundRobin
         own.outlierDetection = OutlierDetectionConfig()
@@ -309,7 +363,7 @@ public final class BalancedUpstream: UpstreamClient {
         }
         let candidates = Candidates(mask: mask)
         guard candidates.count > 1 else { return Pick(index: mask.trailingZeroBitCount, allDown: allDown) }
-        let index = policy.pick(candidates, row: row, columns: set.columns, layout: layout)
+        let index = policy.pick(candidates, row: row, columns: set.columns, layout: layout, now: now)
         return Pick(index: index, allDown: allDown)
     }
 }

@@ -11,24 +11,34 @@ protocol BalancingPolicy: Sendable {
     static var summary: String? { get }
     /// Words of its own it keeps in each loop's row (a turn, …).
     static var stateWords: Int { get }
+    /// Words of its own it keeps per endpoint column in each loop's row (`ewma`: an estimate and
+    /// its instant). A reload that keeps an endpoint keeps them when the policy stays the same.
+    static var columnWords: Int { get }
 
     init()
 
     /// The index (in the upstream's endpoint set) of one of `candidates`, which are two or more.
-    /// `row`: the calling loop's; `columns`: each endpoint's column in it (its requests in flight).
-    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int
+    /// `row`: the calling loop's; `columns`: each endpoint's column in it (its requests in flight);
+    /// `now`: nanoseconds on the upstream's clock (`OutlierDetector.moment`).
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout, now: Int64) -> Int
+
+    /// An attempt on the endpoint of `column` got its answer's head (or timed out) `latency` ns
+    /// after it was sent, on the loop of `row`. Called for every attempt, a lone endpoint's too.
+    func observe(latency: Int64, column: Int, row: LoopSlots, layout: RowLayout, at now: Int64)
 }
 
 extension BalancingPolicy {
     static var summary: String? { nil }
     static var stateWords: Int { 0 }
+    static var columnWords: Int { 0 }
+    func observe(latency: Int64, column: Int, row: LoopSlots, layout: RowLayout, at now: Int64) {}
 }
 
 /// The policies a configuration can name.
 enum BalancingPolicies {
     /// Every policy Portico ships, the default first. Adding one is a `BalancingPolicy` in its own
     /// file and an entry here.
-    static let standard: [any BalancingPolicy.Type] = [RoundRobinPolicy.self, LeastRequestPolicy.self, RandomPolicy.self]
+    static let standard: [any BalancingPolicy.Type] = [RoundRobinPolicy.self, LeastRequestPolicy.self, RandomPolicy.self, EWMAPolicy.self]
 
     static func named(_ name: String) -> (any BalancingPolicy.Type)? {
         standard.first { $0.name == name }
@@ -81,13 +91,18 @@ struct Candidates: Equatable {
 }
 
 /// Where a loop's row keeps what: a column of requests in flight per endpoint, the policy's
-/// words, then the random state.
-struct RowLayout: Sendable {
+/// words, its words per column, then the random state.
+struct RowLayout: Sendable, Equatable {
     let columns: Int
     let stateWords: Int
+    var columnWords: Int = 0
 
-    var width: Int { columns + stateWords + 1 }
-    var randomSlot: Int { columns + stateWords }
+    var width: Int { columns + stateWords + columns * columnWords + 1 }
+    var randomSlot: Int { width - 1 }
+
+    /// Where the policy's word `number` of `column` is.
+    @inline(__always)
+    func columnSlot(_ number: Int, of column: Int) -> Int { columns + stateWords + column * columnWords + number }
 
     /// A row for one loop, its random state seeded.
     func makeRow() -> LoopSlots {
@@ -112,6 +127,15 @@ extension LoopSlots {
 
     @inline(__always)
     func setPolicyWord(_ number: Int, _ value: Int, _ layout: RowLayout) { store(layout.columns + number, value) }
+
+    /// The policy's word `number` (below its `columnWords`) for the endpoint in column `column`.
+    @inline(__always)
+    func columnWord(_ number: Int, of column: Int, _ layout: RowLayout) -> Int { load(layout.columnSlot(number, of: column)) }
+
+    @inline(__always)
+    func setColumnWord(_ number: Int, of column: Int, _ value: Int, _ layout: RowLayout) {
+        store(layout.columnSlot(number, of: column), value)
+    }
 
     /// Uniform in `0..<bound`, from the row's own xorshift state (no system call, no shared word).
     func random(below bound: Int, _ layout: RowLayout) -> Int {

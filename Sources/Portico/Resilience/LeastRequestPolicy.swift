@@ -5,7 +5,7 @@ struct LeastRequestPolicy: BalancingPolicy {
     static let name = "least_request"
     static let summary: String? = "power of two choices"
 
-    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int {
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout, now: Int64) -> Int {
         let count = candidates.count
         let first = row.random(below: count, layout)
         var second = row.random(below: count - 1, layout)

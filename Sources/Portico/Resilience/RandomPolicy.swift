@@ -2,7 +2,7 @@
 struct RandomPolicy: BalancingPolicy {
     static let name = "random"
 
-    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int {
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout, now: Int64) -> Int {
         candidates.index(row.random(below: candidates.count, layout))
     }
 }

@@ -64,3 +64,47 @@ extension ConfigNode {
         return low...high
     }
 }
+
+extension AdaptiveConcurrencyConfig {
+    /// `upstreams.NAME.adaptive_concurrency`
+    static func parse(_ m: ConfigMapping) -> AdaptiveConcurrencyConfig {
+        var c = AdaptiveConcurrencyConfig()
+        m.read("min", into: &c.min) { $0.int(in: 1...1_000_000) }
+        m.read("max", into: &c.max) { $0.int(in: 1...1_000_000) }
+        m.read("sample_window", into: &c.sampleWindow) { $0.duration(positive: true) }
+        m.read("target_latency", into: &c.target) { $0.latencyTarget() }
+        if c.min > c.max, let node = m.value("min") {
+            node.error("must not be above max (\(c.max)), got \(c.min)")
+            c.min = c.max
+        }
+        if c.sampleWindow < .milliseconds(10), let node = m.value("sample_window") {
+            node.error("must be at least 10ms (a window needs answers in it)")
+            c.sampleWindow = .milliseconds(10)
+        }
+        m.finish()
+        return c
+    }
+}
+
+extension ConfigNode {
+    /// `min_rtt × 1.5` (or `min_rtt * 1.5`, a factor from 1 to 10), or a duration such as `200ms`.
+    func latencyTarget() -> AdaptiveConcurrencyConfig.Target? {
+        guard let value = scalar(expected: "min_rtt × FACTOR or a duration") else { return nil }
+        let text = value.text.trimmingCharacters(in: .whitespaces)
+        if text.hasPrefix("min_rtt") {
+            let rest = text.dropFirst("min_rtt".count).trimmingCharacters(in: .whitespaces)
+            let factorText = rest.hasPrefix("×") || rest.hasPrefix("*") ? rest.dropFirst().trimmingCharacters(in: .whitespaces) : nil
+            guard let factorText, let factor = Double(factorText), factor.isFinite else {
+                error("expected min_rtt × FACTOR (such as min_rtt × 1.5) or a duration, got \(value.shown)")
+                return nil
+            }
+            guard (1...10).contains(factor) else {
+                error("the factor must be between 1 and 10, got \(value.shown)")
+                return nil
+            }
+            return .minimumTimes(factor)
+        }
+        guard let duration = duration(positive: true) else { return nil }
+        return .fixed(duration)
+    }
+}

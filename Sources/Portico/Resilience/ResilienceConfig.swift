@@ -55,3 +55,28 @@ public struct HealthCheckConfig: Sendable, Equatable {
         self.path = path
     }
 }
+
+/// `upstreams.NAME.adaptive_concurrency` (with `concurrency: adaptive`): a limit on the upstream's
+/// requests in flight that follows its latency (`AdaptiveLimit`), between `min` and `max`.
+public struct AdaptiveConcurrencyConfig: Sendable, Equatable {
+    /// What latency the limit aims at.
+    public enum Target: Sendable, Equatable {
+        /// The lowest latency seen lately, times this factor (`min_rtt × 1.5`).
+        case minimumTimes(Double)
+        /// A fixed latency (`200ms`).
+        case fixed(Duration)
+    }
+
+    public var min: Int = 4
+    public var max: Int = 1000
+    /// How often the limit is worked out again, from the answers of that time.
+    public var sampleWindow: Duration = .milliseconds(250)
+    public var target: Target = .minimumTimes(1.5)
+
+    /// The limit a new upstream starts at: `min`, where nothing queues at the upstream, so the
+    /// first windows measure its true minimum latency (a start above its capacity would measure a
+    /// queue and aim too high for good); it climbs by √limit a window from there.
+    public var initial: Int { min }
+
+    public init() {}
+}

@@ -5,7 +5,7 @@ struct RoundRobinPolicy: BalancingPolicy {
     static let summary: String? = "default"
     static let stateWords = 1
 
-    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout) -> Int {
+    func pick(_ candidates: Candidates, row: LoopSlots, columns: [Int], layout: RowLayout, now: Int64) -> Int {
         let turn = row.policyWord(0, layout)
         row.setPolicyWord(0, turn &+ 1, layout)
         return candidates.index(Int(UInt(bitPattern: turn) % UInt(candidates.count)))

@@ -10,6 +10,7 @@ extension UpstreamConfig {
         m.read("balance", into: &c.balance) { $0.choice(BalanceStrategy.self) }
         m.read("outlier_detection", into: &c.outlierDetection) { $0.mapping().map(OutlierDetectionConfig.parse) }
         c.circuitBreaker = m.value("circuit_breaker")?.mapping().map(CircuitBreakerConfig.parse)
+        parseConcurrency(m, into: &c)
         c.providerLimits = m.value("provider_limits")?.mapping().map { ProviderLimitsConfig.parse($0, names: names) }
         c.healthCheck = m.value("health_check")?.mapping().flatMap(HealthCheckConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
@@ -55,6 +56,32 @@ extension UpstreamConfig {
         }
         m.finish()
         return url == nil ? nil : c
+    }
+
+    /// `concurrency: N` (the breaker's `max_requests`, kept as `circuit_breaker.max_requests` too) or
+    /// `concurrency: adaptive` (with `adaptive_concurrency: {...}`, which needs it).
+    private static func parseConcurrency(_ m: ConfigMapping, into c: inout UpstreamConfig) {
+        let adaptiveNode = m.value("adaptive_concurrency")
+        let adaptiveSection = adaptiveNode?.mapping().map(AdaptiveConcurrencyConfig.parse)
+        guard let node = m.value("concurrency") else {
+            adaptiveNode?.error("applies with concurrency: adaptive")
+            return
+        }
+        if node.isWord("adaptive") {
+            c.adaptiveConcurrency = adaptiveSection ?? AdaptiveConcurrencyConfig()
+            return
+        }
+        if let adaptiveNode {
+            adaptiveNode.error("applies with concurrency: adaptive, not a fixed number")
+        }
+        guard let limit = node.int(in: 1...1_000_000, expected: "adaptive or a number of requests") else { return }
+        if let breaker = m.value("circuit_breaker")?.mapping(), breaker.value("max_requests") != nil {
+            node.error("give either concurrency or circuit_breaker.max_requests, not both")
+            return
+        }
+        var breaker = c.circuitBreaker ?? CircuitBreakerConfig()
+        breaker.maxRequests = limit
+        c.circuitBreaker = breaker
     }
 
     /// `url:` (one endpoint) or `endpoints: [...]`: not both, not an empty list, one scheme and

@@ -18,8 +18,11 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// How an endpoint is picked per attempt when there are several.
     public var balance: BalanceStrategy = .roundRobin
     public var outlierDetection = OutlierDetectionConfig()
-    /// `nil`: no breaker (requests wait for a connection up to `connect_timeout`).
+    /// `nil`: no breaker (requests wait for a connection up to `connect_timeout`). `concurrency: N`
+    /// is a breaker of `max_requests: N`.
     public var circuitBreaker: CircuitBreakerConfig?
+    /// `concurrency: adaptive`: a limit that follows the upstream's latency; `nil`: none.
+    public var adaptiveConcurrency: AdaptiveConcurrencyConfig?
     /// `nil`: no active checks (ejection alone judges an endpoint).
     public var healthCheck: HealthCheckConfig?
     /// `dns_refresh`: the `url`'s host name stands for every address it resolves to, resolved

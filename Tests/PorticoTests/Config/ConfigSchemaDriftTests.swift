@@ -153,6 +153,11 @@ struct ConfigSchemaDriftTests {
                 circuit_breaker: { max_requests: 100, max_pending: 10 }
                 provider_limits: { scope: "header:x-api-key", when_exhausted: wait, max_wait: 5s, max_scopes: 100, default_hold: 1s, store: fleet }
               named: { url: "http://localhost:9002", transport: nio, dns_refresh: 30s }
+              adaptive:
+                endpoints: [http://127.0.0.1:9003, http://127.0.0.2:9003]
+                balance: ewma
+                concurrency: adaptive
+                adaptive_concurrency: { min: 4, max: 1000, sample_window: 250ms, target_latency: min_rtt × 1.5 }
               secure:
                 url: https://127.0.0.1:9443
                 transport: nio

@@ -13,30 +13,30 @@ struct BalancingPolicyTests {
         /// Every word of the row.
         var words: [Int] { (0..<layout.width).map(slots.load) }
 
-        func pick(_ policy: any BalancingPolicy, _ candidates: Candidates) -> Int {
-            policy.pick(candidates, row: slots, columns: columns, layout: layout)
+        func pick(_ policy: any BalancingPolicy, _ candidates: Candidates, now: Int64 = 0) -> Int {
+            policy.pick(candidates, row: slots, columns: columns, layout: layout, now: now)
         }
     }
 
     static func row(_ policy: any BalancingPolicy.Type, columns: Int = 3, map: [Int]? = nil, seed: Int = 88_172_645_463_325_252) -> Row {
-        let layout = RowLayout(columns: columns, stateWords: policy.stateWords)
+        let layout = RowLayout(columns: columns, stateWords: policy.stateWords, columnWords: policy.columnWords)
         let slots = layout.makeRow()
         slots.store(layout.randomSlot, seed)
         return Row(slots: slots, columns: map ?? Array(0..<columns), layout: layout)
     }
 
-    @Test("the registry lists round_robin (the default), least_request and random, and each word makes its policy")
+    @Test("the registry lists round_robin (the default), least_request, random and ewma, and each word makes its policy")
     func registry() {
-        #expect(BalanceStrategy.allCases.map(\.rawValue) == ["round_robin", "least_request", "random"])
-        #expect(BalanceStrategy.allCases == [.roundRobin, .leastRequest, .random])
+        #expect(BalanceStrategy.allCases.map(\.rawValue) == ["round_robin", "least_request", "random", "ewma"])
+        #expect(BalanceStrategy.allCases == [.roundRobin, .leastRequest, .random, .ewma])
         #expect(UpstreamConfig(name: "u", url: .init(string: "http://x")!).balance == .roundRobin)
         for strategy in BalanceStrategy.allCases {
             #expect(type(of: strategy.makePolicy()).name == strategy.rawValue)
             #expect(BalanceStrategy(rawValue: strategy.rawValue) == strategy)
         }
-        #expect(BalanceStrategy(rawValue: "ewma") == nil)
+        #expect(BalanceStrategy(rawValue: "peak_ewma") == nil)
         #expect(BalancingPolicies.schemaDescription
-            == "How an endpoint is picked: round_robin (default), least_request (power of two choices) or random.")
+            == "How an endpoint is picked: round_robin (default), least_request (power of two choices), random or ewma (peak EWMA of latency × requests in flight, power of two choices).")
     }
 
     @Test("Candidates: the nth set bit, lowest first")

@@ -67,7 +67,7 @@ struct ResilienceConfigTests {
                 circuit_breaker: { max_requests: 0, max_pending: -1 }
             \(minimalRoute)
             """) == [
-            #"portico.yaml:4 upstreams.u.balance: expected one of round_robin, least_request, random, got "fastest""#,
+            #"portico.yaml:4 upstreams.u.balance: expected one of round_robin, least_request, random, ewma, got "fastest""#,
             "portico.yaml:5 upstreams.u.outlier_detection.consecutive_failures: must be between 1 and 1000, got 0",
             "portico.yaml:5 upstreams.u.outlier_detection.base_ejection: must be greater than 0",
             #"portico.yaml:5 upstreams.u.outlier_detection.max_ejection: must be between 0% and 100%, got "150%""#,
