@@ -487,7 +487,9 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
 
     /// The `UpstreamError` for `error` (`NIOUpstream.classify`); cancellation as is.
     static func kind(of error: any Error, afterHead: Bool, limit: Int) -> any Error {
-        NIOUpstream.classify(error, afterHead: afterHead, limit: limit) ?? error
+        // An HTTP/2 stream the upstream refused unread: its pool sends it again (before any byte of a response only).
+        if !afterHead, let refused = HTTP2StreamRefused.from(error) { return refused }
+        return NIOUpstream.classify(error, afterHead: afterHead, limit: limit) ?? error
     }
 
     /// What `channelInactive` fails an exchange waiting for its head with.
