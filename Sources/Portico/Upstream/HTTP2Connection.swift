@@ -176,6 +176,38 @@ struct HTTP2StreamRefused: Error, Sendable {
     }
 }
 
+/// The connection ended under a stream before any byte of its response (NIOHTTP2 closes the
+/// open streams with CANCEL when the connection goes): the request may have been read, so only
+/// one that may go out twice (`HTTP1Exchange.resendableAfterWrite`) is sent again — the race of
+/// a GOAWAY lost in a reset, or a server closing as the stream went out, as on HTTP/1.1's
+/// `StaleConnection`.
+struct HTTP2ConnectionLost: Error, Sendable {
+    var failure: UpstreamError
+}
+
+extension HTTP2ErrorCode {
+    /// RFC 9113's name for the code.
+    var name: String {
+        switch self {
+        case .noError: "NO_ERROR"
+        case .protocolError: "PROTOCOL_ERROR"
+        case .internalError: "INTERNAL_ERROR"
+        case .flowControlError: "FLOW_CONTROL_ERROR"
+        case .settingsTimeout: "SETTINGS_TIMEOUT"
+        case .streamClosed: "STREAM_CLOSED"
+        case .frameSizeError: "FRAME_SIZE_ERROR"
+        case .refusedStream: "REFUSED_STREAM"
+        case .cancel: "CANCEL"
+        case .compressionError: "COMPRESSION_ERROR"
+        case .connectError: "CONNECT_ERROR"
+        case .enhanceYourCalm: "ENHANCE_YOUR_CALM"
+        case .inadequateSecurity: "INADEQUATE_SECURITY"
+        case .http11Required: "HTTP_1_1_REQUIRED"
+        default: "error code \(networkCode)"
+        }
+    }
+}
+
 /// ALPN did not choose `h2`: with `protocol: auto` the upstream is spoken to on HTTP/1.1.
 struct HTTP2Unavailable: Error, Sendable, Equatable {
     /// What ALPN chose instead (`nil`: nothing).

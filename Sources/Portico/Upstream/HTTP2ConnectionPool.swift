@@ -116,20 +116,35 @@ final class HTTP2ConnectionPool: Sendable {
         do {
             return try await attempt(exchange, avoiding: nil, on: share)
         } catch let refused as RefusedOn {
-            // Never reached the upstream's application: once more, elsewhere.
+            // Never reached the upstream's application (or, lost with its connection, safe to send twice): once more, elsewhere.
+            if Task.isCancelled { throw CancellationError() }
+            guard refused.resendable || exchange.resendableAfterWrite else { throw refused.failure }
             configuration.onRefusedRetry()
             do {
                 return try await attempt(exchange, avoiding: refused.entry, on: share)
             } catch let again as RefusedOn {
-                throw again.refusal.failure
+                throw again.failure
             }
         }
     }
 
-    /// A refusal, with the connection that refused.
+    /// A stream refused (`resendable`: whatever its method) or lost with its connection before
+    /// its response, with the connection it was on.
     private struct RefusedOn: Error {
-        var refusal: HTTP2StreamRefused
+        var failure: UpstreamError
+        var resendable: Bool
         var entry: Machine.EntryID
+
+        init?(_ error: any Error, entry: Machine.EntryID) {
+            if let refused = HTTP2StreamRefused.from(error) {
+                (failure, resendable) = (refused.failure, true)
+            } else if let lost = error as? HTTP2ConnectionLost {
+                (failure, resendable) = (lost.failure, false)
+            } else {
+                return nil
+            }
+            self.entry = entry
+        }
     }
 
     nonisolated(nonsending) private func attempt(_ exchange: HTTP1Exchange, avoiding: Machine.EntryID?,
@@ -149,8 +164,7 @@ final class HTTP2ConnectionPool: Sendable {
             stream = try await connection.openStream(isTLS: isTLS)
         } catch {
             onLoop(share) { [self] in perform(share.machine.streamClosed(entry), on: share) }
-            if let refused = HTTP2StreamRefused.from(error) { throw RefusedOn(refusal: refused, entry: entry) }
-            throw error
+            throw RefusedOn(error, entry: entry) ?? error
         }
         // Whatever ends the stream (its end, a reset, a cancel, the connection's close) gives its room back.
         stream.channel.closeFuture.whenComplete { [self] _ in
@@ -159,8 +173,7 @@ final class HTTP2ConnectionPool: Sendable {
         do {
             return try await stream.execute(exchange)
         } catch {
-            if let refused = HTTP2StreamRefused.from(error) { throw RefusedOn(refusal: refused, entry: entry) }
-            throw error
+            throw RefusedOn(error, entry: entry) ?? error
         }
     }
 

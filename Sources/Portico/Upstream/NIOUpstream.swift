@@ -258,10 +258,12 @@ final class NIOUpstream: UpstreamClient {
             return afterHead ? .connectionClosed("the connection broke off") : .certificatePinMismatch
         case let refused as HTTP2StreamRefused:
             return refused.failure
+        case let lost as HTTP2ConnectionLost:
+            return lost.failure
         case let unavailable as HTTP2Unavailable:
             return unavailable.failure
         case let reset as NIOHTTP2Errors.StreamClosed:
-            return .connectionClosed("the upstream reset the stream (\(reset.errorCode.debugDescription))")
+            return .connectionClosed("the upstream reset the stream (\(reset.errorCode.name))")
         case let error as any NIOHTTP2Error:
             return .protocolError("HTTP/2: \(type(of: error))")
         case is NIOTooManyBytesError:
