@@ -7,6 +7,10 @@ public struct UpstreamReport: Sendable, Encodable {
     public struct Upstream: Sendable, Encodable {
         public var name: String
         public var transport: String
+        /// `protocol:` — `http1`, `http2` or `auto` — and, on `nio`, what requests go out on now
+        /// (`h2`, or `http/1.1` once `auto` found no h2): set for every upstream by `UpstreamReport.init`.
+        public var httpProtocol: String = UpstreamProtocol.http1.rawValue
+        public var spoken: String?
         public var balance: String
         /// No endpoint is up: attempts are spread over all of them.
         public var allDown: Bool
@@ -14,7 +18,8 @@ public struct UpstreamReport: Sendable, Encodable {
         public var endpoints: [Endpoint]
 
         enum CodingKeys: String, CodingKey {
-            case name, transport, balance, endpoints
+            case name, transport, balance, endpoints, spoken
+            case httpProtocol = "protocol"
             case allDown = "all_down"
             case circuitBreaker = "circuit_breaker"
         }
@@ -72,15 +77,22 @@ public struct UpstreamReport: Sendable, Encodable {
     public init(_ runtime: GatewayRuntime) {
         upstreams = runtime.upstreams.keys.sorted().compactMap { name in
             guard let client = runtime.upstreams[name] else { return nil }
-            if let balanced = client as? BalancedUpstream { return balanced.report() }
-            let config = client.config
-            return Upstream(name: name, transport: config.transport.rawValue, balance: config.balance.rawValue,
-                            allDown: false, circuitBreaker: nil, endpoints: [
-                                Endpoint(address: UpstreamTarget(baseURL: config.url).authority, url: config.url.absoluteString,
-                                         state: EndpointStatus.up.name, health: EndpointState.Health.unknown.description, ejections: 0,
-                                         consecutiveFailures: 0),
-                            ])
+            var report = Self.report(name, client)
+            report?.httpProtocol = client.config.httpProtocol.rawValue
+            report?.spoken = (client as? NIOUpstream)?.spokenProtocol
+            return report
         }
+    }
+
+    private static func report(_ name: String, _ client: any UpstreamClient) -> Upstream? {
+        if let balanced = client as? BalancedUpstream { return balanced.report() }
+        let config = client.config
+        return Upstream(name: name, transport: config.transport.rawValue, balance: config.balance.rawValue,
+                        allDown: false, circuitBreaker: nil, endpoints: [
+                            Endpoint(address: UpstreamTarget(baseURL: config.url).authority, url: config.url.absoluteString,
+                                     state: EndpointStatus.up.name, health: EndpointState.Health.unknown.description, ejections: 0,
+                                     consecutiveFailures: 0),
+                        ])
     }
 
     /// RFC 3339 in UTC (as the other admin reports).

@@ -149,6 +149,14 @@ final class NIOUpstream: UpstreamClient {
         let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue),
                                    uri: target.pathAndQuery(for: request.target), headers: HTTPHeaders(fields))
         let upstream = config.name
+        if case .http2 = exchanger {
+            // The access log's `upstream_protocol` (only for upstreams that may speak HTTP/2: nothing added on HTTP/1.1 ones).
+            let spoken = request.upgrade != nil ? "http/1.1" : spokenProtocol
+            context.stats.update { values in
+                values.extra.removeAll { $0.0 == "upstream_protocol" }
+                values.extra.append(("upstream_protocol", spoken))
+            }
+        }
         var exchange = HTTP1Exchange(head: head, body: body, upload: upload, limit: limit,
                                      requestIsHead: request.method == .head) { length, cancel in
             StreamedResponseRelay(length: length, limit: limit, upstream: upstream, context: context, cancel: cancel)

@@ -153,6 +153,11 @@ struct ConfigSchemaDriftTests {
                 circuit_breaker: { max_requests: 100, max_pending: 10 }
                 provider_limits: { scope: "header:x-api-key", when_exhausted: wait, max_wait: 5s, max_scopes: 100, default_hold: 1s, store: fleet }
               named: { url: "http://localhost:9002", transport: nio, dns_refresh: 30s }
+              multiplexed:
+                url: http://localhost:9003
+                transport: nio
+                protocol: http2
+                http2: { max_concurrent_streams: 50, connections_per_loop: 1, ping_interval: 30s, ping_timeout: 5s }
               secure:
                 url: https://127.0.0.1:9443
                 transport: nio
