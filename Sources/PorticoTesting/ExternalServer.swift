@@ -40,6 +40,18 @@ public final class ExternalServer: Sendable {
         }
     }
 
+    /// A Python program listening on 127.0.0.1 at the port given as its first argument (a raw
+    /// server a test writes to misbehave in one exact way).
+    public static func python(script: String) async throws -> ExternalServer {
+        let python = ChildProcess.locate("python3") ?? "/usr/bin/python3"
+        return try await ScratchDirectory.make("portico") { directory in
+            try await retryingPorts { port in
+                try await ExternalServer(executable: python, arguments: ["-c", script, String(port)], port: port,
+                                         directory: directory)
+            }
+        }
+    }
+
     /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port
     /// with `listenParameters`, e.g. `http2` or `ssl http2`); `httpBlock` goes in `http { }`
     /// (a `log_format`, say).

@@ -165,6 +165,76 @@ struct HTTP2UpstreamTests {
         #expect(try await Self.request(portico, "/blob.bin").status == 200)
     }
 
+    @Test("a client that stops reading slows only its stream; one that leaves resets its stream and the connection carries on")
+    func slowAndLeavingClients() async throws {
+        let big = RandomBytes.make(16 << 20)
+        let small = RandomBytes.make(2 << 20)
+        let files = try Self.files(["big.bin": big, "small.bin": small])
+        defer { ScratchDirectory.remove(files) }
+        let nginx = try await ExternalServer.nginx(serverBlock: """
+            access_log access.log h2;
+            location / { root \(files.path); }
+            """, listenParameters: "http2", httpBlock: Self.logFormat)
+        defer { nginx.stop() }
+        // One thread: one event loop, so every request shares one connection.
+        let portico = try await ProxyProcess.portico(yaml: """
+            listen: { address: 127.0.0.1, port: 0, threads: 1 }
+            admin: { address: 127.0.0.1, port: 0 }
+            logging: { level: info, format: logfmt }
+            upstreams:
+              nginx: { url: "http://127.0.0.1:\(nginx.port)", transport: nio, protocol: http2, timeout: 60s }
+            routes:
+              - { name: all, match: { path_prefix: / }, upstream: nginx }
+            """)
+        defer { portico.stop() }
+        // The slow client: its head arrives, then it reads nothing while 16 MiB wait upstream.
+        let slow = try RawHTTPConnection(port: portico.port, timeout: .seconds(120))
+        try await slow.send("GET /big.bin HTTP/1.1\r\nHost: gateway.test\r\n\r\n")
+        #expect(try await slow.receive("\r\n\r\n"), "the slow client's head")
+        // Meanwhile others get whole bodies on the same connection.
+        for _ in 0..<3 {
+            let response = try await Self.request(portico, "/small.bin")
+            #expect(response.status == 200)
+            #expect(response.body == small)
+        }
+        // The slow client leaves: its stream is reset, and the connection still serves.
+        slow.reset()
+        let after = try await Self.request(portico, "/small.bin")
+        #expect(after.status == 200 && after.body == small)
+        let log = Self.accessLog(nginx)
+        #expect(Set(log.map(\.connection)).count == 1, "one connection throughout: \(log.map(\.connection))")
+        #expect(log.filter { $0.path == "/small.bin" }.count == 4)
+    }
+
+    /// An HTTP/2 server that sends its SETTINGS on each connection and then nothing: no answer,
+    /// no PING acknowledgement.
+    static let silentServer = """
+        import socket, sys
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", int(sys.argv[1])))
+        server.listen(16)
+        held = []
+        while True:
+            connection, _ = server.accept()
+            held.append(connection)
+            connection.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        """
+
+    @Test("an upstream that stops answering PING is closed after ping_timeout: a 502, long before the request's timeout")
+    func pingTimeout() async throws {
+        let silent = try await ExternalServer.python(script: Self.silentServer)
+        defer { silent.stop() }
+        let portico = try await Self.portico(
+            #"url: "http://127.0.0.1:\#(silent.port)", protocol: http2, http2: { ping_interval: 1s, ping_timeout: 1s }"#)
+        defer { portico.stop() }
+        // The route's timeout is 60 s (a 504 then): a 502 says the dead connection was found by PING.
+        let response = try await Self.request(portico, "/x")
+        #expect(response.status == 502, "\(response.bodyText)")
+        let json = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+        #expect(json?["error"] == "upstream_unavailable")
+    }
+
     @Test("auto falls back to HTTP/1.1 when ALPN does not pick h2; http2 then answers 502 upstream_protocol_error")
     func alpnFallback() async throws {
         let certificates = try await TestCertificates.shared()

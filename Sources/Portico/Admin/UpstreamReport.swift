@@ -1,4 +1,5 @@
 import Foundation
+import Metrics
 
 /// `GET /upstreams`: each upstream and each of its endpoints as the gateway sees them now —
 /// address, health, ejection (until when and why), requests in flight, last failure — and
@@ -93,6 +94,15 @@ public struct UpstreamReport: Sendable, Encodable {
                                      state: EndpointStatus.up.name, health: EndpointState.Health.unknown.description, ejections: 0,
                                      consecutiveFailures: 0),
                         ])
+    }
+
+    /// `portico_upstream_http2_streams{upstream}`: the streams open now on each single-endpoint
+    /// upstream with `protocol: http2 | auto`, summed over its loops as `/metrics` is read.
+    static func recordHTTP2Gauges(_ runtime: GatewayRuntime) async {
+        for (name, client) in runtime.upstreams {
+            guard let upstream = client as? NIOUpstream, let snapshot = await upstream.http2Snapshot() else { continue }
+            Gauge(label: "portico_upstream_http2_streams", dimensions: [("upstream", name)]).record(snapshot.streams)
+        }
     }
 
     /// RFC 3339 in UTC (as the other admin reports).

@@ -104,13 +104,6 @@ struct HTTP2Connection: Sendable {
         return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams)
     }
 
-    /// Opens a stream for `exchange` and runs it (an `HTTP1Connection` of one exchange over the
-    /// stream channel). On the connection's loop or not.
-    nonisolated(nonsending) func execute(_ exchange: HTTP1Exchange, isTLS: Bool) async throws -> HTTP1Response {
-        let stream = try await openStream(isTLS: isTLS)
-        return try await stream.execute(exchange)
-    }
-
     /// A new stream channel, set up as a one-exchange `HTTP1Connection`.
     nonisolated(nonsending) func openStream(isTLS: Bool) async throws -> HTTP1Connection {
         let channel = self.channel
@@ -146,9 +139,8 @@ struct HTTP2Connection: Sendable {
 
     var isActive: Bool { channel.isActive }
 
-    /// GOAWAY(NO_ERROR) to the peer, then close once the streams are done (NIOHTTP2 closes a
-    /// connection whose GOAWAY was sent and whose last stream ended? it does not: the pool closes
-    /// it when its last stream ends).
+    /// Closes the connection (its open streams fail). The pool closes a draining connection only
+    /// once its last stream has ended, so a reload lets streams finish.
     func close() {
         channel.close(promise: nil)
     }

@@ -90,10 +90,16 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A connection-level failure (a protocol error, TLS, a reset): NIOHTTP2 has sent GOAWAY
-        // where it applies; the streams hear of it as their channels close.
-        fail(NIOUpstream.classify(error, afterHead: state == .active, limit: 0) ?? error)
-        context.close(promise: nil)
+        guard case .active = state else {
+            fail(NIOUpstream.classify(error, afterHead: false, limit: 0) ?? error)
+            context.close(promise: nil)
+            return
+        }
+        // NIOHTTP2 reports a stream's error here too (it has reset that stream) as well as the
+        // connection's (it has sent GOAWAY): neither ends the other streams at once. The
+        // connection drains — no new stream, closed by the pool at its last stream's end (each
+        // bounded by its request's deadline) — and a broken socket closes it on its own.
+        events.goAway()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

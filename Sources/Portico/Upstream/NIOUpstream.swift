@@ -97,6 +97,13 @@ final class NIOUpstream: UpstreamClient {
         }
     }
 
+    /// HTTP/2 streams and connections open now, summed over the loops (each loop asked on its
+    /// own thread); `nil` on an HTTP/1.1 upstream. For the admin listener, off the request path.
+    func http2Snapshot() async -> (connections: Int, streams: Int)? {
+        guard case .http2(let pool, _) = exchanger else { return nil }
+        return await pool.snapshot()
+    }
+
     /// One exchange on the pool its protocol says.
     nonisolated(nonsending) private func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         switch exchanger {
