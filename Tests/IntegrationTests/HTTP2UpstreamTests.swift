@@ -63,11 +63,23 @@ struct HTTP2UpstreamTests {
         var request: String
     }
 
-    /// A directory of files for nginx to serve (removed by the caller).
-    static func files(_ contents: [String: [UInt8]]) throws -> URL {
-        let directory = try ScratchDirectory.make("h2-files")
-        for (name, bytes) in contents { try Data(bytes).write(to: directory.appendingPathComponent(name)) }
-        return directory
+    /// The bodies nginx serves, from an HTTP/1.1 upstream of its own behind `proxy_pass` with
+    /// `proxy_buffering off` (nginx's workers run as another user and cannot write temporary
+    /// files, nor read files, under scripts/test's private TMPDIR). `POST /upload` answers with
+    /// the body it read. Shut down by the caller.
+    static func origin(_ bodies: [String: [UInt8]]) async throws -> TestUpstream {
+        let origin = TestUpstream { request in
+            if request.method == "POST" { return .init(status: 200, headers: [("Content-Type", "application/octet-stream")], body: request.body) }
+            guard let body = bodies[request.path] else { return .text("not found\n", status: 404) }
+            return .init(status: 200, headers: [("Content-Type", "application/octet-stream")], body: body)
+        }
+        try await origin.start()
+        return origin
+    }
+
+    /// nginx's location for `origin`, at `rate` per stream (nil: unlimited).
+    static func proxied(_ origin: TestUpstream, rate: String? = nil) -> String {
+        "location / { proxy_pass http://127.0.0.1:\(origin.port); proxy_buffering off; proxy_request_buffering off; \(rate.map { "limit_rate \($0);" } ?? "") }"
     }
 
     /// 64 requests at once, each on its own client connection; `true` per body equal to `expected`.
@@ -86,12 +98,11 @@ struct HTTP2UpstreamTests {
     @Test("64 concurrent requests over cleartext HTTP/2 share at most connections_per_loop × threads connections, bodies byte-exact")
     func multiplexingCleartext() async throws {
         let blob = RandomBytes.make(1 << 20)
-        let files = try Self.files(["blob.bin": blob])
-        defer { ScratchDirectory.remove(files) }
+        let origin = try await Self.origin(["/blob.bin": blob])
         // limit_rate keeps the streams open long enough to overlap (any overlap will do: no timing is asserted).
         let nginx = try await ExternalServer.nginx(serverBlock: """
             access_log access.log h2;
-            location / { root \(files.path); limit_rate 8m; }
+            \(Self.proxied(origin, rate: "8m"))
             """, listenParameters: "http2", httpBlock: Self.logFormat)
         defer { nginx.stop() }
         let portico = try await Self.portico(#"url: "http://127.0.0.1:\#(nginx.port)", protocol: http2"#)
@@ -103,23 +114,20 @@ struct HTTP2UpstreamTests {
         #expect(log.allSatisfy { $0.proto == "HTTP/2.0" })
         let connections = Set(log.map(\.connection))
         #expect(connections.count <= 2, "connections used: \(connections.count) (connections_per_loop 1 × 2 threads)")
+        await origin.shutdown()
     }
 
     @Test("over TLS, ALPN picks h2: 64 concurrent downloads and a 3 MiB upload byte-exact both ways on at most 2 connections")
     func tlsBothWays() async throws {
         let certificates = try await TestCertificates.shared()
         let blob = RandomBytes.make(2 << 20)
-        let files = try Self.files(["blob.bin": blob])
-        defer { ScratchDirectory.remove(files) }
-        // The upload goes through nginx to an HTTP/1.1 upstream that answers with the body it read.
-        let echo = TestUpstream { request in .init(status: 200, headers: [("Content-Type", "application/octet-stream")], body: request.body) }
-        try await echo.start()
+        // The upload goes through nginx to the origin, which answers with the body it read.
+        let echo = try await Self.origin(["/blob.bin": blob])
         let nginx = try await ExternalServer.nginx(serverBlock: """
             \(Self.tlsBlock(certificates))
             access_log access.log h2;
             client_max_body_size 64m;
-            location / { root \(files.path); }
-            location /upload { proxy_pass http://127.0.0.1:\(echo.port); proxy_request_buffering off; }
+            \(Self.proxied(echo))
             """, listenParameters: "ssl http2", httpBlock: Self.logFormat)
         defer { nginx.stop() }
         let portico = try await Self.portico(
@@ -141,12 +149,11 @@ struct HTTP2UpstreamTests {
     @Test("a stream the server resets is a 502 with a JSON body and a request id; the streams beside it are fine")
     func resetStream() async throws {
         let blob = RandomBytes.make(256 << 10)
-        let files = try Self.files(["blob.bin": blob])
-        defer { ScratchDirectory.remove(files) }
+        let origin = try await Self.origin(["/blob.bin": blob])
         // nginx answers `return 444` on HTTP/2 with RST_STREAM.
         let nginx = try await ExternalServer.nginx(serverBlock: """
             access_log access.log h2;
-            location / { root \(files.path); limit_rate 2m; }
+            \(Self.proxied(origin, rate: "2m"))
             location /reset { return 444; }
             """, listenParameters: "http2", httpBlock: Self.logFormat)
         defer { nginx.stop() }
@@ -163,17 +170,17 @@ struct HTTP2UpstreamTests {
         #expect(fine.count == 16 && fine.allSatisfy { $0 }, "the other streams' bodies arrive whole")
         // And the connection still carries requests.
         #expect(try await Self.request(portico, "/blob.bin").status == 200)
+        await origin.shutdown()
     }
 
     @Test("a client that stops reading slows only its stream; one that leaves resets its stream and the connection carries on")
     func slowAndLeavingClients() async throws {
         let big = RandomBytes.make(16 << 20)
         let small = RandomBytes.make(2 << 20)
-        let files = try Self.files(["big.bin": big, "small.bin": small])
-        defer { ScratchDirectory.remove(files) }
+        let origin = try await Self.origin(["/big.bin": big, "/small.bin": small])
         let nginx = try await ExternalServer.nginx(serverBlock: """
             access_log access.log h2;
-            location / { root \(files.path); }
+            \(Self.proxied(origin))
             """, listenParameters: "http2", httpBlock: Self.logFormat)
         defer { nginx.stop() }
         // One thread: one event loop, so every request shares one connection.
@@ -195,15 +202,20 @@ struct HTTP2UpstreamTests {
         for _ in 0..<3 {
             let response = try await Self.request(portico, "/small.bin")
             #expect(response.status == 200)
-            #expect(response.body == small)
+            // Compared outside #expect: its failure message would diff 2 MiB arrays.
+            let whole = response.body == small
+            #expect(whole, "a body of \(response.body.count) bytes, not the \(small.count) sent")
         }
         // The slow client leaves: its stream is reset, and the connection still serves.
         slow.reset()
         let after = try await Self.request(portico, "/small.bin")
-        #expect(after.status == 200 && after.body == small)
+        let whole = after.body == small
+        #expect(after.status == 200)
+        #expect(whole, "a body of \(after.body.count) bytes")
         let log = Self.accessLog(nginx)
         #expect(Set(log.map(\.connection)).count == 1, "one connection throughout: \(log.map(\.connection))")
         #expect(log.filter { $0.path == "/small.bin" }.count == 4)
+        await origin.shutdown()
     }
 
     /// An HTTP/2 server that sends its SETTINGS on each connection and then nothing: no answer,
