@@ -40,12 +40,27 @@ public final class ExternalServer: Sendable {
         }
     }
 
-    /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port).
-    public static func nginx(serverBlock: String) async throws -> ExternalServer {
+    /// A Python program listening on 127.0.0.1 at the port given as its first argument (a raw
+    /// server a test writes to misbehave in one exact way).
+    public static func python(script: String) async throws -> ExternalServer {
+        let python = ChildProcess.locate("python3") ?? "/usr/bin/python3"
+        return try await ScratchDirectory.make("portico") { directory in
+            try await retryingPorts { port in
+                try await ExternalServer(executable: python, arguments: ["-c", script, String(port)], port: port,
+                                         directory: directory)
+            }
+        }
+    }
+
+    /// nginx with `serverBlock` (the inside of one `server { }`, listening on the chosen port
+    /// with `listenParameters`, e.g. `http2` or `ssl http2`); `httpBlock` goes in `http { }`
+    /// (a `log_format`, say).
+    public static func nginx(serverBlock: String, listenParameters: String = "", httpBlock: String = "") async throws -> ExternalServer {
         guard let nginx = ChildProcess.locate("nginx") else { throw Failure(description: "nginx is not installed (scripts/test installs nginx-light)") }
         return try await ScratchDirectory.make("portico") { directory in
             try await retryingPorts { port in
-                try nginxConfig(serverBlock: serverBlock, port: port, directory: directory)
+                try nginxConfig(serverBlock: serverBlock, port: port, directory: directory,
+                                listenParameters: listenParameters, httpBlock: httpBlock)
                     .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
                 return try await ExternalServer(executable: nginx, arguments: ["-p", directory.path, "-c", "\(directory.path)/nginx.conf"],
                                                 port: port, directory: directory)
@@ -66,7 +81,8 @@ public final class ExternalServer: Sendable {
         throw lastError!
     }
 
-    static func nginxConfig(serverBlock: String, port: Int, directory: URL) -> String {
+    static func nginxConfig(serverBlock: String, port: Int, directory: URL, listenParameters: String = "",
+                            httpBlock: String = "") -> String {
         """
         worker_processes 1;
         daemon off;
@@ -77,8 +93,9 @@ public final class ExternalServer: Sendable {
           access_log off;
           client_body_temp_path \(directory.path)/body; proxy_temp_path \(directory.path)/proxy;
           fastcgi_temp_path \(directory.path)/fcgi; uwsgi_temp_path \(directory.path)/uwsgi; scgi_temp_path \(directory.path)/scgi;
+          \(httpBlock)
           server {
-            listen 127.0.0.1:\(port);
+            listen 127.0.0.1:\(port)\(listenParameters.isEmpty ? "" : " " + listenParameters);
             \(serverBlock)
           }
         }

@@ -35,6 +35,8 @@ struct AdminEndpoints: Sendable {
         case ("GET", "/metrics"), ("HEAD", "/metrics"):
             // Token expiries are recorded as they are now, so the gauge counts down between refreshes.
             await CredentialReport.collect(from: gateway.gateway.current).recordExpiryGauges()
+            // HTTP/2 streams are counted per loop (no shared write per request): summed here, when read.
+            await UpstreamReport.recordHTTP2Gauges(gateway.gateway.current)
             return ServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
                                                          ("Cache-Control", "no-store")], body: metricsText())
         case ("GET", "/healthz"), ("HEAD", "/healthz"):

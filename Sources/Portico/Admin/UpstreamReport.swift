@@ -1,4 +1,5 @@
 import Foundation
+import Metrics
 
 /// `GET /upstreams`: each upstream and each of its endpoints as the gateway sees them now —
 /// address, health, ejection (until when and why), requests in flight, last failure — and
@@ -7,6 +8,10 @@ public struct UpstreamReport: Sendable, Encodable {
     public struct Upstream: Sendable, Encodable {
         public var name: String
         public var transport: String
+        /// `protocol:` — `http1`, `http2` or `auto` — and, on `nio`, what requests go out on now
+        /// (`h2`, or `http/1.1` once `auto` found no h2): set for every upstream by `UpstreamReport.init`.
+        public var httpProtocol: String = UpstreamProtocol.http1.rawValue
+        public var spoken: String?
         public var balance: String
         /// No endpoint is up: attempts are spread over all of them.
         public var allDown: Bool
@@ -16,7 +21,8 @@ public struct UpstreamReport: Sendable, Encodable {
         public var endpoints: [Endpoint]
 
         enum CodingKeys: String, CodingKey {
-            case name, transport, balance, endpoints
+            case name, transport, balance, endpoints, spoken
+            case httpProtocol = "protocol"
             case allDown = "all_down"
             case circuitBreaker = "circuit_breaker"
             case adaptiveConcurrency = "adaptive_concurrency"
@@ -90,14 +96,30 @@ public struct UpstreamReport: Sendable, Encodable {
     public init(_ runtime: GatewayRuntime) {
         upstreams = runtime.upstreams.keys.sorted().compactMap { name in
             guard let client = runtime.upstreams[name] else { return nil }
-            if let balanced = client as? BalancedUpstream { return balanced.report() }
-            let config = client.config
-            return Upstream(name: name, transport: config.transport.rawValue, balance: config.balance.rawValue,
-                            allDown: false, circuitBreaker: nil, endpoints: [
-                                Endpoint(address: UpstreamTarget(baseURL: config.url).authority, url: config.url.absoluteString,
-                                         state: EndpointStatus.up.name, health: EndpointState.Health.unknown.description, ejections: 0,
-                                         consecutiveFailures: 0),
-                            ])
+            var report = Self.report(name, client)
+            report?.httpProtocol = client.config.httpProtocol.rawValue
+            report?.spoken = (client as? NIOUpstream)?.spokenProtocol
+            return report
+        }
+    }
+
+    private static func report(_ name: String, _ client: any UpstreamClient) -> Upstream? {
+        if let balanced = client as? BalancedUpstream { return balanced.report() }
+        let config = client.config
+        return Upstream(name: name, transport: config.transport.rawValue, balance: config.balance.rawValue,
+                        allDown: false, circuitBreaker: nil, endpoints: [
+                            Endpoint(address: UpstreamTarget(baseURL: config.url).authority, url: config.url.absoluteString,
+                                     state: EndpointStatus.up.name, health: EndpointState.Health.unknown.description, ejections: 0,
+                                     consecutiveFailures: 0),
+                        ])
+    }
+
+    /// `portico_upstream_http2_streams{upstream}`: the streams open now on each single-endpoint
+    /// upstream with `protocol: http2 | auto`, summed over its loops as `/metrics` is read.
+    static func recordHTTP2Gauges(_ runtime: GatewayRuntime) async {
+        for (name, client) in runtime.upstreams {
+            guard let upstream = client as? NIOUpstream, let snapshot = await upstream.http2Snapshot() else { continue }
+            Gauge(label: "portico_upstream_http2_streams", dimensions: [("upstream", name)]).record(snapshot.streams)
         }
     }
 

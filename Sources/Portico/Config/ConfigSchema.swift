@@ -165,6 +165,8 @@ public enum ConfigSchema {
             "Requests in flight at once: a number (circuit_breaker.max_requests) or adaptive (a limit that follows latency); default none."),
         key("adaptive_concurrency", .section(adaptiveConcurrency), "With concurrency: adaptive: the limit's bounds, window and target; defaults apply when absent."),
         key("transport", words(UpstreamConfig.Transport.self), "urlsession (default; Foundation) or nio (Portico's pool on SwiftNIO)."),
+        key("protocol", words(UpstreamProtocol.self), "http1 (default) | http2 (h2c prior knowledge on http://, ALPN h2 on https://) | auto (https: ALPN h2, else HTTP/1.1); http2 and auto need transport: nio."),
+        key("http2", .section(http2), "HTTP/2 connections (protocol: http2 or auto)."),
         key("connect_timeout", .duration(positive: true), "Default 2s."),
         key("timeout", .duration(positive: true), "One exchange with the upstream; default 15s."),
         key("max_connections", .integer(1...Int.max), "Connection pool size; default 64."),
@@ -175,6 +177,13 @@ public enum ConfigSchema {
         key("max_response_bytes", .size(), "Larger bodies become 502 upstream_response_too_large; default none on nio, 64MiB on urlsession."),
         key("tls", .section(clientTLS), "TLS to an https:// upstream (nio for any key)."),
         key("provider_limits", .section(providerLimits), "Learn the provider's limits from its RateLimit / X-RateLimit-* / Retry-After headers and hold back what it would refuse; default off."),
+    ])
+
+    static let http2 = Section("Multiplexed HTTP/2 connections per endpoint and event loop.", [
+        key("max_concurrent_streams", .integer(HTTP2Config.streamLimit), "Streams per connection at most (and at most the peer's SETTINGS_MAX_CONCURRENT_STREAMS); default 100."),
+        key("connections_per_loop", .integer(HTTP2Config.connectionsLimit), "Connections each event loop opens per endpoint when the others are full (within max_connections); default 1."),
+        key("ping_interval", .duration(positive: true), "A PING after this long without a frame from the upstream; default 30s."),
+        key("ping_timeout", .duration(positive: true), "An unanswered PING closes the connection after this; default 5s."),
     ])
 
     static let providerLimits = Section("A learned budget per scope, spent before each attempt and corrected by every response.", [

@@ -74,8 +74,9 @@ public struct TLSClientConfig: Sendable, Equatable {
     /// The context for connections that check `server_name` themselves (`HTTP1ConnectionPool`):
     /// BoringSSL verifies the chain, `PeerCertificateCheckHandler` the name. NIOSSL's own name
     /// check is off: it would also accept an IP-address name equal to the connected address.
-    func strictServerNameContext() -> NIOSSLContext? {
+    func strictServerNameContext(alpn: [String] = []) -> NIOSSLContext? {
         var configuration = nioConfiguration
+        configuration.applicationProtocols = alpn
         configuration.certificateVerification = .noHostnameVerification
         return try? NIOSSLContext(configuration: configuration)
     }

@@ -26,18 +26,21 @@ struct HTTP1Connection: Sendable {
         /// The endpoint for `url`: plain HTTP, or TLS verified as `tls:` says — with
         /// `server_name` (and verification on) the certificate must name it (`ServerNameCheck`);
         /// otherwise the URL's host, by NIOSSL. The upstreams and the token endpoints share it.
-        static func make(url: URL, tls: TLSClientConfig) -> Result<Endpoint, Unusable> {
+        /// `alpn`: the protocols offered by ALPN (HTTP/2's connections); none by default.
+        static func make(url: URL, tls: TLSClientConfig, alpn: [String] = []) -> Result<Endpoint, Unusable> {
             guard let host = url.host else { return .failure(.noHost) }
             let isTLS = url.scheme?.lowercased() == "https"
             var endpoint = Endpoint(host: host, port: url.port ?? (isTLS ? 443 : 80), tls: nil, serverName: nil)
             guard isTLS else { return .success(endpoint) }
             endpoint.pins = tls.pins
             if let serverName = tls.serverName, !tls.insecureSkipVerify, tls.verification == .full {
-                guard let context = tls.strictServerNameContext() else { return .failure(.tlsSettings) }
+                guard let context = tls.strictServerNameContext(alpn: alpn) else { return .failure(.tlsSettings) }
                 endpoint.tls = context
                 endpoint.serverName = serverName
             } else {
-                guard let context = try? NIOSSLContext(configuration: tls.nioConfiguration) else {
+                var configuration = tls.nioConfiguration
+                configuration.applicationProtocols = alpn
+                guard let context = try? NIOSSLContext(configuration: configuration) else {
                     return .failure(.tlsSettings)
                 }
                 endpoint.tls = context
@@ -205,7 +208,7 @@ struct HTTP1Connection: Sendable {
     }
 
     /// Connect errors → `UpstreamError`, in words (the caller adds the address).
-    private static func connectFailure(_ error: any Error, timeout: UpstreamError) -> any Error {
+    static func connectFailure(_ error: any Error, timeout: UpstreamError) -> any Error {
         switch error {
         case is CancellationError: return error
         case ChannelError.connectTimeout:

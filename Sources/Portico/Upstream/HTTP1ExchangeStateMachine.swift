@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
 
 /// The logic of one `HTTP1ExchangeHandler`, as a value: NIO's events come in as calls, what the
 /// handler must do comes back as an `Action`. No channel, no timers, no promises: `Waiter` is
@@ -487,7 +488,12 @@ struct HTTP1ExchangeStateMachine<Waiter, Relay> {
 
     /// The `UpstreamError` for `error` (`NIOUpstream.classify`); cancellation as is.
     static func kind(of error: any Error, afterHead: Bool, limit: Int) -> any Error {
-        NIOUpstream.classify(error, afterHead: afterHead, limit: limit) ?? error
+        // An HTTP/2 stream the upstream refused unread: its pool sends it again (before any byte of a response only).
+        if !afterHead, let refused = HTTP2StreamRefused.from(error) { return refused }
+        if !afterHead, let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .cancel {
+            return HTTP2ConnectionLost(failure: .connectionClosed("the HTTP/2 connection closed before the response"))
+        }
+        return NIOUpstream.classify(error, afterHead: afterHead, limit: limit) ?? error
     }
 
     /// What `channelInactive` fails an exchange waiting for its head with.

@@ -3,6 +3,7 @@ import Logging
 import Metrics
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -33,6 +34,10 @@ final class NIOUpstream: UpstreamClient {
 
     private enum Exchanger {
         case pool(HTTP1ConnectionPool)
+        /// `protocol: http2 | auto`: streams on HTTP/2 connections; `http1` carries upgrade
+        /// requests (no WebSocket over HTTP/2 here) and, with `auto`, everything once ALPN has
+        /// said no to h2.
+        case http2(HTTP2ConnectionPool, http1: HTTP1ConnectionPool)
         /// The URL or its TLS settings make no endpoint: every exchange fails with the reason
         /// (as a TLS error when it is the TLS settings) rather than going out unverified.
         case unusable(HTTP1Connection.Endpoint.Unusable)
@@ -44,17 +49,78 @@ final class NIOUpstream: UpstreamClient {
         var target = UpstreamTarget(baseURL: config.url)
         if let authority = config.requestAuthority { target.authority = authority }
         self.target = target
+        let capName = "upstreams.\(config.name).max_connections"
         switch HTTP1Connection.Endpoint.make(url: config.url, tls: config.tls) {
         case .success(let endpoint):
             let resends = Counter(label: "portico_upstream_stale_retries_total", dimensions: [("upstream", config.name)],
                                   factory: metricsFactory)
-            exchanger = .pool(HTTP1ConnectionPool(
+            let http1 = HTTP1ConnectionPool(
                 .init(endpoint: endpoint, maxConnections: max(1, config.maxConnections),
                       connectTimeout: config.connectTimeout, idleTimeout: config.idleTimeout,
-                      capName: "upstreams.\(config.name).max_connections", onResend: { resends.increment() }),
-                loops: loops))
+                      capName: capName, onResend: { resends.increment() }),
+                loops: loops)
+            guard config.httpProtocol != .http1 else {
+                exchanger = .pool(http1)
+                break
+            }
+            // ALPN: h2 alone for `http2`, h2 then http/1.1 for `auto` (the server's choice decides).
+            let alpn = config.httpProtocol == .auto ? ["h2", "http/1.1"] : ["h2"]
+            switch HTTP1Connection.Endpoint.make(url: config.url, tls: config.tls, alpn: alpn) {
+            case .success(let h2Endpoint):
+                let refusedRetries = Counter(label: "portico_upstream_http2_refused_retries_total",
+                                             dimensions: [("upstream", config.name)], factory: metricsFactory)
+                let connections = Meter(label: "portico_upstream_http2_connections", dimensions: [("upstream", config.name)],
+                                        factory: metricsFactory)
+                let pool = HTTP2ConnectionPool(
+                    .init(endpoint: h2Endpoint, http2: config.http2, maxConnections: max(1, config.maxConnections),
+                          connectTimeout: config.connectTimeout, capName: capName,
+                          onRefusedRetry: { refusedRetries.increment() },
+                          onConnection: { opened in opened ? connections.increment() : connections.decrement() }),
+                    loops: loops)
+                exchanger = .http2(pool, http1: http1)
+            case .failure(let reason):
+                exchanger = .unusable(reason)
+            }
         case .failure(let reason):
             exchanger = .unusable(reason)
+        }
+    }
+
+    /// `auto` found the upstream without h2 (ALPN): HTTP/1.1 from then on. Written once.
+    private let fellBackToHTTP1 = Atomic<Bool>(false)
+
+    /// The protocol requests go out on now (`/upstreams`, the access log's `upstream_protocol`).
+    var spokenProtocol: String {
+        switch exchanger {
+        case .http2 where !fellBackToHTTP1.load(ordering: .relaxed): "h2"
+        default: "http/1.1"
+        }
+    }
+
+    /// HTTP/2 streams and connections open now, summed over the loops (each loop asked on its
+    /// own thread); `nil` on an HTTP/1.1 upstream. For the admin listener, off the request path.
+    func http2Snapshot() async -> (connections: Int, streams: Int)? {
+        guard case .http2(let pool, _) = exchanger else { return nil }
+        return await pool.snapshot()
+    }
+
+    /// One exchange on the pool its protocol says.
+    nonisolated(nonsending) private func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
+        switch exchanger {
+        case .pool(let pool):
+            return try await pool.execute(exchange)
+        case .http2(let pool, let http1):
+            if exchange.upgrade || fellBackToHTTP1.load(ordering: .relaxed) { return try await http1.execute(exchange) }
+            do {
+                return try await pool.execute(exchange)
+            } catch let unavailable as HTTP2Unavailable {
+                // Before any stream: the request is untouched, and goes out on HTTP/1.1.
+                guard config.httpProtocol == .auto else { throw unavailable.failure }
+                fellBackToHTTP1.store(true, ordering: .relaxed)
+                return try await http1.execute(exchange)
+            }
+        case .unusable(let reason):
+            throw reason.upstreamError
         }
     }
 
@@ -72,14 +138,10 @@ final class NIOUpstream: UpstreamClient {
         let remaining = context.clock.now.duration(to: deadline)
         guard remaining > .zero else { throw UpstreamError.timeout.gatewayError(upstream: config.name) }
         let limit = config.maxResponseBytes
-        let pool: HTTP1ConnectionPool
-        switch exchanger {
-        case .unusable(let reason):
+        if case .unusable(let reason) = exchanger {
             let failure = reason.upstreamError
             failure.log(upstream: config.name, to: context.logger)
             throw failure.gatewayError(upstream: config.name)
-        case .pool(let usable):
-            pool = usable
         }
         // Framing follows the body.
         if let upload {
@@ -94,6 +156,14 @@ final class NIOUpstream: UpstreamClient {
         let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue),
                                    uri: target.pathAndQuery(for: request.target), headers: HTTPHeaders(fields))
         let upstream = config.name
+        if case .http2 = exchanger {
+            // The access log's `upstream_protocol` (only for upstreams that may speak HTTP/2: nothing added on HTTP/1.1 ones).
+            let spoken = request.upgrade != nil ? "http/1.1" : spokenProtocol
+            context.stats.update { values in
+                values.extra.removeAll { $0.0 == "upstream_protocol" }
+                values.extra.append(("upstream_protocol", spoken))
+            }
+        }
         var exchange = HTTP1Exchange(head: head, body: body, upload: upload, limit: limit,
                                      requestIsHead: request.method == .head) { length, cancel in
             StreamedResponseRelay(length: length, limit: limit, upstream: upstream, context: context, cancel: cancel)
@@ -106,16 +176,16 @@ final class NIOUpstream: UpstreamClient {
             let response: HTTP1Response
             if let upload {
                 response = try await withUpstreamDeadline(remaining, after: upload, clock: context.clock) { [exchange] in
-                    try await pool.execute(exchange)
+                    try await self.execute(exchange)
                 }
             } else if let loopDeadline = context.clock.eventLoopDeadline(for: deadline) {
                 // On a clock NIO's timers keep (the real one) the deadline is a timer on the
                 // connection's loop (no task racing a timer: measured 4-6 µs a request).
                 exchange.deadline = loopDeadline
-                response = try await pool.execute(exchange)
+                response = try await self.execute(exchange)
             } else {
                 response = try await withUpstreamDeadline(deadline, clock: context.clock) { [exchange] in
-                    try await pool.execute(exchange)
+                    try await self.execute(exchange)
                 }
             }
             if let tunnel = response.tunnel {
@@ -163,11 +233,23 @@ final class NIOUpstream: UpstreamClient {
     }
 
     func shutdown() async {
-        if case .pool(let pool) = exchanger { pool.shutdown() }
+        switch exchanger {
+        case .pool(let pool): pool.shutdown()
+        case .http2(let pool, let http1):
+            pool.shutdown()
+            http1.shutdown()
+        case .unusable: break
+        }
     }
 
     func retire() async {
-        if case .pool(let pool) = exchanger { pool.retire() }
+        switch exchanger {
+        case .pool(let pool): pool.retire()
+        case .http2(let pool, let http1):
+            pool.retire()
+            http1.retire()
+        case .unusable: break
+        }
     }
 
     /// The gateway's response for an upstream head: its fields converted and made the client's
@@ -189,6 +271,16 @@ final class NIOUpstream: UpstreamClient {
             return nil
         case is SPKIPins.Mismatch:
             return afterHead ? .connectionClosed("the connection broke off") : .certificatePinMismatch
+        case let refused as HTTP2StreamRefused:
+            return refused.failure
+        case let lost as HTTP2ConnectionLost:
+            return lost.failure
+        case let unavailable as HTTP2Unavailable:
+            return unavailable.failure
+        case let reset as NIOHTTP2Errors.StreamClosed:
+            return .connectionClosed("the upstream reset the stream (\(reset.errorCode.name))")
+        case let error as any NIOHTTP2Error:
+            return .protocolError("HTTP/2: \(type(of: error))")
         case is NIOTooManyBytesError:
             return .responseTooLarge(limit: limit)
         case let error as HTTPParserError:

@@ -14,6 +14,7 @@ extension UpstreamConfig {
         c.providerLimits = m.value("provider_limits")?.mapping().map { ProviderLimitsConfig.parse($0, names: names) }
         c.healthCheck = m.value("health_check")?.mapping().flatMap(HealthCheckConfig.parse)
         m.read("transport", into: &c.transport) { $0.choice(Transport.self) }
+        parseProtocol(m, into: &c, url: url)
         m.read("connect_timeout", into: &c.connectTimeout) { $0.duration(positive: true) }
         m.read("timeout", into: &c.timeout) { $0.duration(positive: true) }
         m.read("max_connections", into: &c.maxConnections) { $0.int(in: 1...Int.max) }
@@ -82,6 +83,33 @@ extension UpstreamConfig {
         var breaker = c.circuitBreaker ?? CircuitBreakerConfig()
         breaker.maxRequests = limit
         c.circuitBreaker = breaker
+    }
+
+    /// `protocol:` and `http2:`. HTTP/2 is the `nio` transport's: FoundationNetworking on Linux
+    /// speaks HTTP/1.1 to upstreams (measured, see docs/http2.md), and `auto` chooses by
+    /// ALPN, which only TLS has.
+    private static func parseProtocol(_ m: ConfigMapping, into c: inout UpstreamConfig, url: URL?) {
+        let requested = m.value("protocol").map { ($0, $0.choice(UpstreamProtocol.self)) }
+        if case let (node, chosen?)? = requested {
+            if chosen != .http1 && c.transport != .nio {
+                node.error("\(chosen.rawValue) needs transport: nio (the urlsession transport speaks HTTP/1.1 to upstreams on Linux)")
+            } else if chosen == .auto, let url, url.scheme?.lowercased() != "https" {
+                node.error("auto chooses by TLS's ALPN and needs an https:// URL; use http2 for prior knowledge (h2c) over http://")
+            } else {
+                c.httpProtocol = chosen
+            }
+        }
+        guard let node = m.value("http2"), let h2 = node.mapping() else { return }
+        var config = HTTP2Config()
+        h2.read("max_concurrent_streams", into: &config.maxConcurrentStreams) { $0.int(in: HTTP2Config.streamLimit) }
+        h2.read("connections_per_loop", into: &config.connectionsPerLoop) { $0.int(in: HTTP2Config.connectionsLimit) }
+        h2.read("ping_interval", into: &config.pingInterval) { $0.duration(positive: true) }
+        h2.read("ping_timeout", into: &config.pingTimeout) { $0.duration(positive: true) }
+        h2.finish()
+        if (requested?.1 ?? .http1) == .http1 {
+            node.error("applies to protocol: http2 or auto")
+        }
+        c.http2 = config
     }
 
     /// `url:` (one endpoint) or `endpoints: [...]`: not both, not an empty list, one scheme and

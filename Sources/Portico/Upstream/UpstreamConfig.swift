@@ -5,7 +5,8 @@ public struct UpstreamConfig: Sendable, Equatable {
     public enum Transport: String, Sendable, Equatable, CaseIterable {
         /// Foundation's URLSession: the specified client.
         case urlsession
-        /// Portico's own HTTP/1.1 pool on SwiftNIO (`HTTP1ConnectionPool`): for throughput.
+        /// Portico's own HTTP/1.1 pool on SwiftNIO (`HTTP1ConnectionPool`): for throughput; also
+        /// HTTP/2 (`protocol: http2 | auto`, `HTTP2ConnectionPool`).
         case nio
     }
 
@@ -32,6 +33,10 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// address, its upstream still hears its name. Set by the gateway, not by the file.
     public var requestAuthority: String?
     public var transport: Transport = .urlsession
+    /// `protocol:` — HTTP/1.1, HTTP/2 or ALPN's choice (`nio` only for HTTP/2).
+    public var httpProtocol: UpstreamProtocol = .http1
+    /// `http2:` — the HTTP/2 connections' limits and keepalive.
+    public var http2 = HTTP2Config()
     public var connectTimeout: Duration = .seconds(2)
     /// One exchange with the upstream (the request deadline may cut it shorter).
     public var timeout: Duration = .seconds(15)

@@ -158,6 +158,11 @@ struct ConfigSchemaDriftTests {
                 balance: ewma
                 concurrency: adaptive
                 adaptive_concurrency: { min: 4, max: 1000, sample_window: 250ms, target_latency: min_rtt × 1.5 }
+              multiplexed:
+                url: http://localhost:9003
+                transport: nio
+                protocol: http2
+                http2: { max_concurrent_streams: 50, connections_per_loop: 1, ping_interval: 30s, ping_timeout: 5s }
               secure:
                 url: https://127.0.0.1:9443
                 transport: nio

@@ -1,0 +1,211 @@
+import NIOCore
+import NIOHTTP1
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import NIOTLS
+
+/// One HTTP/2 connection of an `HTTP2ConnectionPool`: a channel whose pipeline is, for TLS,
+/// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), then NIOHTTP2's
+/// `NIOHTTP2Handler` with its inline stream multiplexer, then an `HTTP2ConnectionHandler` that
+/// hears the connection's own frames (SETTINGS, GOAWAY, PING). Over TLS the HTTP/2 handlers are
+/// added once ALPN has chosen `h2`; cleartext is prior knowledge (h2c), from the first byte.
+///
+/// **A stream per request.** Each exchange is a stream channel whose pipeline is NIOHTTP2's
+/// `HTTP2FramePayloadToHTTP1ClientCodec` and an `HTTP1ExchangeHandler`: the stream speaks the
+/// HTTP/1-shaped parts the exchange machine already knows, so streaming both ways, the relay's
+/// backpressure (a stream's reads pause, its flow-control window stays shut, the other streams
+/// flow) and the deadline are the HTTP/1.1 exchange's, unchanged. Closing a stream channel
+/// before its end sends `RST_STREAM(CANCEL)` and leaves the connection to the others.
+///
+/// The codec maps the head: `Host` becomes `:authority`, names are lower-cased, and the
+/// connection-specific fields (`Connection` and what it names, `Keep-Alive`, `Proxy-Connection`,
+/// `Transfer-Encoding`, `Upgrade`) are dropped; `TE` never reaches it (`ForwardingHeaders`).
+struct HTTP2Connection: Sendable {
+    /// What the pool hears of a connection, on its loop.
+    struct Events: Sendable {
+        /// The peer's `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: it sets none).
+        var settings: @Sendable (Int?) -> Void
+        /// `GOAWAY`: no new streams; those below its last stream id finish.
+        var goAway: @Sendable () -> Void
+    }
+
+    let channel: any Channel
+    /// Set once the connection speaks HTTP/2 (ALPN chose h2, or prior knowledge).
+    let multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>
+    /// The peer's first SETTINGS' `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: no limit).
+    let initialMaxStreams: Int?
+
+    /// Our SETTINGS: no push; a stream window that bounds what one slow stream can hold
+    /// (`streamWindow`); a bounded header list (header floods stop at the decoder).
+    static func settings(maxStreams: Int) -> HTTP2Settings {
+        [HTTP2Setting(parameter: .enablePush, value: 0),
+         HTTP2Setting(parameter: .maxConcurrentStreams, value: 0),
+         HTTP2Setting(parameter: .initialWindowSize, value: streamWindow),
+         HTTP2Setting(parameter: .maxHeaderListSize, value: maxHeaderListSize)]
+    }
+
+    /// What one stream may have in flight towards Portico before it reads: with the relay's
+    /// own watermark, the memory a slow client's stream costs, whatever the body's size.
+    static let streamWindow = 256 * 1024
+    /// The connection's window: room for several streams at full speed at once.
+    static let connectionWindow = 4 * 1024 * 1024
+    static let maxHeaderListSize = 64 * 1024
+
+    /// Connects and, with TLS, completes the handshake (ALPN must choose `h2`, else
+    /// `HTTP2Unavailable`) and waits for the peer's SETTINGS, all within `timeout`.
+    static func connect(to endpoint: HTTP1Connection.Endpoint, on loop: any EventLoop, configuration: HTTP2Config,
+                        timeout: TimeAmount, failure timeoutFailure: UpstreamError,
+                        events: Events) async throws -> HTTP2Connection {
+        let ready = loop.makePromise(of: Int?.self)
+        let box = NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>.makeEmptyBox(
+            valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: loop)
+        let bootstrap = ClientBootstrap(group: loop)
+            .connectTimeout(timeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    if let context = endpoint.tls {
+                        let sni = (endpoint.serverName ?? endpoint.verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
+                        try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
+                        if let pins = endpoint.pins {
+                            try pipeline.addHandler(PeerCertificateCheckHandler(.pins(pins)))
+                        }
+                        if let serverName = endpoint.serverName {
+                            try pipeline.addHandler(PeerCertificateCheckHandler(.serverName(serverName)))
+                        }
+                    }
+                    let handler = HTTP2ConnectionHandler(ready: ready, configuration: configuration, events: events,
+                                                         multiplexer: box, isTLS: endpoint.tls != nil)
+                    try pipeline.addHandler(handler)
+                    handler.limitStart(to: timeout, failure: timeoutFailure, on: channel.eventLoop)
+                }
+            }
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.connect(host: endpoint.host, port: endpoint.port).get()
+        } catch {
+            let failure = HTTP1Connection.connectFailure(error, timeout: timeoutFailure)
+            ready.fail(failure)
+            throw failure
+        }
+        let maxStreams: Int?
+        do {
+            maxStreams = try await withTaskCancellationHandler {
+                try await ready.futureResult.get()
+            } onCancel: {
+                channel.close(promise: nil)
+            }
+        } catch {
+            channel.close(promise: nil)
+            throw error
+        }
+        return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams)
+    }
+
+    /// A new stream channel, set up as a one-exchange `HTTP1Connection`.
+    nonisolated(nonsending) func openStream(isTLS: Bool) async throws -> HTTP1Connection {
+        let channel = self.channel
+        let box = self.multiplexer
+        let promise = channel.eventLoop.makePromise(of: HTTP1Connection.self)
+        let start: @Sendable () -> Void = {
+            guard let multiplexer = box.value, channel.isActive else {
+                promise.fail(HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed")))
+                return
+            }
+            let created = channel.eventLoop.makePromise(of: (any Channel).self)
+            let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
+                                                                                  eventLoop: channel.eventLoop)
+            multiplexer.createStreamChannel(promise: created) { stream in
+                stream.eventLoop.makeCompletedFuture {
+                    let pipeline = stream.pipeline.syncOperations
+                    try pipeline.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: isTLS ? .https : .http))
+                    let handler = HTTP1ExchangeHandler(ready: stream.eventLoop.makePromise(), awaitsHandshake: false)
+                    try pipeline.addHandler(handler)
+                    handlerBox.value = handler
+                }
+            }
+            created.futureResult.whenComplete { result in
+                switch result {
+                case .success(let stream): promise.succeed(HTTP1Connection(channel: stream, handler: handlerBox))
+                case .failure(let error): promise.fail(HTTP2StreamRefused.from(error) ?? error)
+                }
+            }
+        }
+        if channel.eventLoop.inEventLoop { start() } else { channel.eventLoop.execute(start) }
+        return try await promise.futureResult.get()
+    }
+
+    var isActive: Bool { channel.isActive }
+
+    /// Closes the connection (its open streams fail). The pool closes a draining connection only
+    /// once its last stream has ended, so a reload lets streams finish.
+    func close() {
+        channel.close(promise: nil)
+    }
+}
+
+/// A stream the upstream refused before it reached its application — `REFUSED_STREAM`, or
+/// above a `GOAWAY`'s last stream id, or opened on a connection going away — so the request can
+/// go out once more, on another connection, whatever its method (RFC 9113 §8.7).
+struct HTTP2StreamRefused: Error, Sendable {
+    /// What the caller hears if it is not sent again.
+    var failure: UpstreamError
+
+    /// The refusal in one of NIOHTTP2's errors, if it is one.
+    static func from(_ error: any Error) -> HTTP2StreamRefused? {
+        switch error {
+        case let refused as HTTP2StreamRefused:
+            return refused
+        case let closed as NIOHTTP2Errors.StreamClosed where closed.errorCode == .refusedStream:
+            return HTTP2StreamRefused(failure: .connectionClosed("the upstream refused the stream (REFUSED_STREAM or GOAWAY)"))
+        case is NIOHTTP2Errors.CreatedStreamAfterGoaway, is NIOHTTP2Errors.NoStreamIDAvailable:
+            return HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection is going away"))
+        default:
+            return nil
+        }
+    }
+}
+
+/// The connection ended under a stream before any byte of its response (NIOHTTP2 closes the
+/// open streams with CANCEL when the connection goes): the request may have been read, so only
+/// one that may go out twice (`HTTP1Exchange.resendableAfterWrite`) is sent again — the race of
+/// a GOAWAY lost in a reset, or a server closing as the stream went out, as on HTTP/1.1's
+/// `StaleConnection`.
+struct HTTP2ConnectionLost: Error, Sendable {
+    var failure: UpstreamError
+}
+
+extension HTTP2ErrorCode {
+    /// RFC 9113's name for the code.
+    var name: String {
+        switch self {
+        case .noError: "NO_ERROR"
+        case .protocolError: "PROTOCOL_ERROR"
+        case .internalError: "INTERNAL_ERROR"
+        case .flowControlError: "FLOW_CONTROL_ERROR"
+        case .settingsTimeout: "SETTINGS_TIMEOUT"
+        case .streamClosed: "STREAM_CLOSED"
+        case .frameSizeError: "FRAME_SIZE_ERROR"
+        case .refusedStream: "REFUSED_STREAM"
+        case .cancel: "CANCEL"
+        case .compressionError: "COMPRESSION_ERROR"
+        case .connectError: "CONNECT_ERROR"
+        case .enhanceYourCalm: "ENHANCE_YOUR_CALM"
+        case .inadequateSecurity: "INADEQUATE_SECURITY"
+        case .http11Required: "HTTP_1_1_REQUIRED"
+        default: "error code \(networkCode)"
+        }
+    }
+}
+
+/// ALPN did not choose `h2`: with `protocol: auto` the upstream is spoken to on HTTP/1.1.
+struct HTTP2Unavailable: Error, Sendable, Equatable {
+    /// What ALPN chose instead (`nil`: nothing).
+    var negotiated: String?
+
+    var failure: UpstreamError {
+        .protocolError("the upstream did not choose h2 by ALPN (it chose \(negotiated ?? "nothing"))")
+    }
+}

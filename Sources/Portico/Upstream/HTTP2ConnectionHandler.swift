@@ -1,0 +1,203 @@
+import NIOCore
+import NIOHTTP2
+import NIOTLS
+
+/// The last handler of an `HTTP2Connection`'s pipeline. It starts HTTP/2 — at once on a
+/// cleartext connection (prior knowledge), after the TLS handshake when ALPN chose `h2` (else
+/// the connect fails with `HTTP2Unavailable`) — by putting NIOHTTP2's handler before itself;
+/// then it says when the connection is ready (the peer's first SETTINGS, which carry its
+/// stream limit), tells the pool of later SETTINGS and of GOAWAY, and keeps the connection
+/// honest with PING: after `ping_interval` without a frame from the peer it sends one, and a
+/// connection that stays silent `ping_timeout` longer is closed (its streams fail; the pool
+/// opens another connection for the next request).
+///
+/// Every method runs on the channel's event loop.
+final class HTTP2ConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    private enum State {
+        /// TLS: waiting for the handshake and its ALPN choice.
+        case negotiating
+        /// HTTP/2 started: waiting for the peer's SETTINGS.
+        case awaitingSettings
+        case active
+        case closed
+    }
+
+    private var state: State
+    private let ready: EventLoopPromise<Int?>
+    private let configuration: HTTP2Config
+    private let events: HTTP2Connection.Events
+    private let multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>
+    private var context: ChannelHandlerContext?
+    private var startTimer: Scheduled<Void>?
+    private var keepalive: RepeatedTask?
+    private var pingDeadline: Scheduled<Void>?
+    /// A frame arrived since the last keepalive tick.
+    private var heardFromPeer = true
+
+    init(ready: EventLoopPromise<Int?>, configuration: HTTP2Config, events: HTTP2Connection.Events,
+         multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>, isTLS: Bool) {
+        self.ready = ready
+        self.configuration = configuration
+        self.events = events
+        self.multiplexer = multiplexer
+        state = isTLS ? .negotiating : .awaitingSettings
+    }
+
+    /// Fails the connect with `failure` unless the connection is ready within `timeout` (the
+    /// TCP connect timeout covers neither TLS nor the peer's SETTINGS).
+    func limitStart(to timeout: TimeAmount, failure: UpstreamError, on eventLoop: any EventLoop) {
+        let handler = NIOLoopBound(self, eventLoop: eventLoop)
+        startTimer = eventLoop.scheduleTask(in: timeout) {
+            handler.value.fail(failure)
+        }
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive, case .awaitingSettings = state, multiplexer.value == nil { startHTTP2(context: context) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if case .awaitingSettings = state, multiplexer.value == nil { startHTTP2(context: context) }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        fail(UpstreamError.connectionClosed("the upstream closed the connection"))
+        state = .closed
+        stopTimers()
+        context.fireChannelInactive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let tls = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = tls, case .negotiating = state {
+            guard negotiated == "h2" else {
+                fail(HTTP2Unavailable(negotiated: negotiated))
+                return
+            }
+            state = .awaitingSettings
+            startHTTP2(context: context)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard case .active = state else {
+            fail(NIOUpstream.classify(error, afterHead: false, limit: 0) ?? error)
+            context.close(promise: nil)
+            return
+        }
+        // NIOHTTP2 reports a stream's error here too (it has reset that stream) as well as the
+        // connection's (it has sent GOAWAY): neither ends the other streams at once. The
+        // connection drains — no new stream, closed by the pool at its last stream's end (each
+        // bounded by its request's deadline) — and a broken socket closes it on its own.
+        events.goAway()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        heardFromPeer = true
+        pingDeadline?.cancel()
+        pingDeadline = nil
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
+        case .settings(.settings(let settings)):
+            let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }).map { $0.value }
+            if case .awaitingSettings = state {
+                state = .active
+                startTimer?.cancel()
+                startTimer = nil
+                startKeepalive(context: context)
+                ready.succeed(limit)
+            } else if let limit {
+                events.settings(limit)
+            }
+        case .goAway:
+            events.goAway()
+        default:
+            break
+        }
+    }
+
+    // MARK: Parts
+
+    /// Puts NIOHTTP2's handler (with its inline multiplexer) before this one; pushed streams,
+    /// which our SETTINGS refuse, are closed should one come.
+    private func startHTTP2(context: ChannelHandlerContext) {
+        do {
+            var connection = NIOHTTP2Handler.ConnectionConfiguration()
+            connection.initialSettings = HTTP2Connection.settings(maxStreams: configuration.maxConcurrentStreams)
+            connection.targetWindowSize = HTTP2Connection.connectionWindow
+            var stream = NIOHTTP2Handler.StreamConfiguration()
+            stream.targetWindowSize = HTTP2Connection.streamWindow
+            let handler = NIOHTTP2Handler(mode: .client, eventLoop: context.eventLoop,
+                                          connectionConfiguration: connection, streamConfiguration: stream) { pushed in
+                pushed.close()
+            }
+            try context.pipeline.syncOperations.addHandler(handler, position: .before(self))
+            multiplexer.value = try handler.syncMultiplexer()
+        } catch {
+            fail(error)
+            context.close(promise: nil)
+        }
+    }
+
+    /// Every `ping_interval`: a PING if the peer sent nothing since the last tick, and a close
+    /// if it answers nothing within `ping_timeout`.
+    private func startKeepalive(context: ChannelHandlerContext) {
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let interval = TimeAmount(configuration.pingInterval)
+        keepalive = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            handler.value.keepaliveTick()
+        }
+    }
+
+    private func keepaliveTick() {
+        guard let context, case .active = state else { return }
+        if heardFromPeer {
+            heardFromPeer = false
+            return
+        }
+        guard pingDeadline == nil else { return }
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(), ack: false))),
+                              promise: nil)
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        pingDeadline = context.eventLoop.scheduleTask(in: TimeAmount(configuration.pingTimeout)) {
+            handler.value.pingUnanswered()
+        }
+    }
+
+    private func pingUnanswered() {
+        pingDeadline = nil
+        context?.close(promise: nil)
+    }
+
+    /// Fails the connect if it is still under way, and closes.
+    private func fail(_ error: any Error) {
+        switch state {
+        case .negotiating, .awaitingSettings:
+            state = .closed
+            stopTimers()
+            ready.fail(error)
+            context?.close(promise: nil)
+        case .active, .closed:
+            break
+        }
+    }
+
+    private func stopTimers() {
+        startTimer?.cancel()
+        startTimer = nil
+        keepalive?.cancel()
+        keepalive = nil
+        pingDeadline?.cancel()
+        pingDeadline = nil
+    }
+}

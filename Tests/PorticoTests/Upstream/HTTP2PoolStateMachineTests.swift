@@ -1,0 +1,123 @@
+import LockAudit
+import Testing
+@testable import Portico
+
+/// `HTTP2PoolStateMachine` without sockets: connections are names, waiters strings.
+@Suite("HTTP/2 pool state machine")
+struct HTTP2PoolStateMachineTests {
+    typealias Machine = HTTP2PoolStateMachine<String, String>
+
+    static func machine(perLoop: Int = 1, streams: Int = 3, maxConnections: Int = 8,
+                        cap: SharedCap = SharedCap(name: "test.max_connections")) -> Machine {
+        Machine(cap: cap, maxConnections: maxConnections, connectionsPerLoop: perLoop, maxStreams: streams)
+    }
+
+    /// Leases with a new connection to open, and opens it.
+    static func open(_ machine: inout Machine, _ name: String, peerLimit: Int? = nil) throws -> Machine.EntryID {
+        guard case .connect(let id) = machine.lease() else {
+            Issue.record("expected a connection to open")
+            throw CancellationError()
+        }
+        let action = machine.connected(id, connection: name, peerLimit: peerLimit)
+        #expect(action.handovers.isEmpty && action.close.isEmpty)
+        return id
+    }
+
+    static func used(_ handovers: [Machine.Handover]) -> [String] {
+        handovers.map {
+            switch $0 {
+            case .use(let waiter, let connection, _): "\(waiter)→\(connection)"
+            case .connect(let waiter, _): "\(waiter)→connect"
+            case .fail(let waiter, let error): "\(waiter)→\(error)"
+            }
+        }
+    }
+
+    @Test("requests share a connection up to the smaller of both limits, then wait; a stream's end serves the next")
+    func multiplexes() throws {
+        var machine = Self.machine(streams: 3)
+        let c = try Self.open(&machine, "c1", peerLimit: 2)
+        #expect(machine.limit(of: c) == 2)
+        guard case .use("c1", c) = machine.lease() else { Issue.record("second stream on c1"); return }
+        #expect(machine.streams(on: c) == 2)
+        guard case .wait = machine.lease() else { Issue.record("full, and one connection per loop: wait"); return }
+        let id = machine.makeWaiterID()
+        #expect(machine.enqueue("w1", id: id).handovers.isEmpty)
+        #expect(Self.used(machine.streamClosed(c).handovers) == ["w1→c1"])
+        #expect(machine.streams(on: c) == 2)
+        #expect(machine.connectionCount == 1)
+        // A SETTINGS that raises the peer's limit makes room, up to ours.
+        #expect(machine.enqueue("w2", id: machine.makeWaiterID()).handovers.isEmpty)
+        #expect(Self.used(machine.settingsChanged(c, peerLimit: 100).handovers) == ["w2→c1"])
+        #expect(machine.limit(of: c) == 3)
+    }
+
+    @Test("a second connection opens only when every one is full, within connections_per_loop and max_connections")
+    func opensWhenFull() throws {
+        let cap = SharedCap(name: "test.h2.cap")
+        var machine = Self.machine(perLoop: 2, streams: 1, maxConnections: 2, cap: cap)
+        _ = try Self.open(&machine, "c1")
+        _ = try Self.open(&machine, "c2")
+        #expect(cap.current == 2)
+        guard case .wait = machine.lease() else { Issue.record("both full: wait"); return }
+        var other = Self.machine(perLoop: 2, streams: 1, maxConnections: 2, cap: cap)
+        guard case .wait = other.lease() else { Issue.record("another loop at the cap waits too"); return }
+    }
+
+    @Test("requests beyond a connecting connection's room open the next; a failed connect fails the waiters nothing else can carry")
+    func connecting() {
+        var machine = Self.machine(perLoop: 2, streams: 2)
+        guard case .connect(let first) = machine.lease() else { Issue.record("open"); return }
+        // The connection will carry one more: the next waits for it, the one after opens another.
+        guard case .wait = machine.lease() else { Issue.record("wait for the connecting one"); return }
+        #expect(machine.enqueue("w1", id: machine.makeWaiterID()).handovers.isEmpty)
+        guard case .connect(let second) = machine.lease() else { Issue.record("open a second"); return }
+        #expect(machine.connectionCount == 2)
+        #expect(machine.connectFailed(first, error: UpstreamError.connectFailed("refused")).handovers.isEmpty,
+                "the second may still carry w1")
+        let failed = machine.connectFailed(second, error: UpstreamError.connectFailed("refused"))
+        #expect(Self.used(failed.handovers) == [#"w1→connectFailed("refused")"#])
+        #expect(machine.connectionCount == 0)
+        #expect(machine.cap.current == 0)
+    }
+
+    @Test("GOAWAY drains: no new streams there, a successor opens at once, the drained connection closes at its last stream")
+    func goAway() throws {
+        let cap = SharedCap(name: "test.h2.goaway")
+        var machine = Self.machine(perLoop: 1, streams: 10, cap: cap)
+        let old = try Self.open(&machine, "old")
+        #expect(machine.goAway(old).close.isEmpty, "its stream is still open")
+        guard case .connect(let new) = machine.lease() else { Issue.record("a successor opens"); return }
+        _ = machine.connected(new, connection: "new", peerLimit: nil)
+        #expect(cap.current == 2)
+        #expect(machine.streamClosed(old).close == ["old"])
+        #expect(cap.current == 1)
+        guard case .use("new", _) = machine.lease() else { Issue.record("on the new one"); return }
+    }
+
+    @Test("a refused stream is sent again elsewhere: the refusing connection is avoided when another has room")
+    func avoidsRefusing() throws {
+        var machine = Self.machine(perLoop: 2, streams: 5)
+        let c1 = try Self.open(&machine, "c1")
+        guard case .connect(let c2) = machine.lease(avoiding: c1) else { Issue.record("a new one, not c1"); return }
+        _ = machine.connected(c2, connection: "c2", peerLimit: nil)
+        guard case .use("c2", _) = machine.lease(avoiding: c1) else { Issue.record("c2, not c1"); return }
+        guard case .use("c1", _) = machine.lease() else { Issue.record("c1 for the others"); return }
+    }
+
+    @Test("shutdown fails waiters and closes connections; one still connecting closes when it arrives")
+    func shutdown() throws {
+        let cap = SharedCap(name: "test.h2.shutdown")
+        var machine = Self.machine(perLoop: 2, streams: 1, cap: cap)
+        _ = try Self.open(&machine, "c1")
+        guard case .connect(let pending) = machine.lease() else { Issue.record("open"); return }
+        guard case .wait = machine.lease() else { Issue.record("wait"); return }
+        _ = machine.enqueue("w", id: machine.makeWaiterID())
+        let action = machine.shutdown()
+        #expect(action.close == ["c1"])
+        #expect(Self.used(action.handovers).count == 1)
+        #expect(machine.connected(pending, connection: "late", peerLimit: nil).close == ["late"])
+        #expect(cap.current == 0)
+        guard case .shutDown = machine.lease() else { Issue.record("shut down"); return }
+    }
+}
