@@ -36,14 +36,16 @@ struct HTTP2Connection: Sendable {
     /// The peer's first SETTINGS' `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: no limit).
     let initialMaxStreams: Int?
 
-    /// Our SETTINGS: no push; a stream window that bounds what one slow stream can hold
-    /// (`streamWindow`); a bounded header list (header floods stop at the decoder).
-    static func settings(maxStreams: Int) -> HTTP2Settings {
-        [HTTP2Setting(parameter: .enablePush, value: 0),
-         HTTP2Setting(parameter: .maxConcurrentStreams, value: 0),
-         HTTP2Setting(parameter: .initialWindowSize, value: streamWindow),
-         HTTP2Setting(parameter: .maxHeaderListSize, value: maxHeaderListSize)]
-    }
+    /// Our SETTINGS: no push and no streams opened by the server (`max_concurrent_streams`
+    /// bounds the streams we open, which the pool counts, not a setting); a stream window that
+    /// bounds what one slow stream can hold (`streamWindow`); a bounded header list (header
+    /// floods stop at the decoder).
+    static let settings: HTTP2Settings = [
+        HTTP2Setting(parameter: .enablePush, value: 0),
+        HTTP2Setting(parameter: .maxConcurrentStreams, value: 0),
+        HTTP2Setting(parameter: .initialWindowSize, value: streamWindow),
+        HTTP2Setting(parameter: .maxHeaderListSize, value: maxHeaderListSize),
+    ]
 
     /// What one stream may have in flight towards Portico before it reads: with the relay's
     /// own watermark, the memory a slow client's stream costs, whatever the body's size.

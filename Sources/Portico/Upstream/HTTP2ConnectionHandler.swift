@@ -133,7 +133,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private func startHTTP2(context: ChannelHandlerContext) {
         do {
             var connection = NIOHTTP2Handler.ConnectionConfiguration()
-            connection.initialSettings = HTTP2Connection.settings(maxStreams: configuration.maxConcurrentStreams)
+            connection.initialSettings = HTTP2Connection.settings
             connection.targetWindowSize = HTTP2Connection.connectionWindow
             var stream = NIOHTTP2Handler.StreamConfiguration()
             stream.targetWindowSize = HTTP2Connection.streamWindow
