@@ -42,7 +42,9 @@ start_nginx_upstream() {
   wait_for "http://127.0.0.1:$2/"
 }
 
+# Up to two minutes (WAIT_SECONDS to change: valgrind starting a Swift binary on a busy machine
+# can take longer).
 wait_for() {
-  for _ in $(seq 1 600); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.2; done
+  for _ in $(seq 1 $(( ${WAIT_SECONDS:-120} * 5 ))); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.2; done
   echo "not answering: $1" >&2; exit 1
 }
