@@ -45,6 +45,7 @@ final class CacheInvalidationFeed: Sendable {
     }
 
     func start() {
+        guard running.withLock({ $0 == nil }) else { return }  // started already: no second connection made
         var configuration = tier.backend.config.redisConfiguration
         configuration.connections = 1
         configuration.commandTimeout = .nanoseconds(GatewayMetrics.nanoseconds(block)) + configuration.connectTimeout
