@@ -95,17 +95,7 @@ struct HTTP1Connection: Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    if let context = endpoint.tls {
-                        // SNI cannot carry an IP literal; the name check still applies to it.
-                        let sni = (endpoint.serverName ?? endpoint.verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
-                        try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
-                        if let pins = endpoint.pins {
-                            try pipeline.addHandler(PeerCertificateCheckHandler(.pins(pins)))
-                        }
-                        if let serverName = endpoint.serverName {
-                            try pipeline.addHandler(PeerCertificateCheckHandler(.serverName(serverName)))
-                        }
-                    }
+                    try endpoint.addTLSHandlers(to: pipeline)
                     // No outbound header validation: the fields come from `HTTPFields`, whose names are
                     // checked and whose values are made legal when built (measured ~1 µs a request).
                     // `forwardBytes`: what the decoder read past a 101's head goes on to the tunnel's relay.
@@ -230,5 +220,23 @@ extension String {
     /// An IPv4 or IPv6 address, which cannot be an SNI name.
     var isIPAddressLiteral: Bool {
         (try? SocketAddress(ipAddress: self, port: 0)) != nil
+    }
+}
+
+extension HTTP1Connection.Endpoint {
+    /// With TLS: the client handler (SNI from the name checked, never an IP literal) and the
+    /// certificate checks (pins, `server_name`), in that order. One place for both protocols'
+    /// connections, so a check cannot be added to one and missed on the other.
+    func addTLSHandlers(to pipeline: ChannelPipeline.SynchronousOperations) throws {
+        guard let context = tls else { return }
+        // SNI cannot carry an IP literal; the name check still applies to it.
+        let sni = (serverName ?? verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
+        try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
+        if let pins {
+            try pipeline.addHandler(PeerCertificateCheckHandler(.pins(pins)))
+        }
+        if let serverName {
+            try pipeline.addHandler(PeerCertificateCheckHandler(.serverName(serverName)))
+        }
     }
 }

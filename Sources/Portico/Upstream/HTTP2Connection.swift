@@ -68,16 +68,7 @@ struct HTTP2Connection: Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    if let context = endpoint.tls {
-                        let sni = (endpoint.serverName ?? endpoint.verifiedHost).flatMap { $0.isIPAddressLiteral ? nil : $0 }
-                        try pipeline.addHandler(NIOSSLClientHandler(context: context, serverHostname: sni))
-                        if let pins = endpoint.pins {
-                            try pipeline.addHandler(PeerCertificateCheckHandler(.pins(pins)))
-                        }
-                        if let serverName = endpoint.serverName {
-                            try pipeline.addHandler(PeerCertificateCheckHandler(.serverName(serverName)))
-                        }
-                    }
+                    try endpoint.addTLSHandlers(to: pipeline)
                     let handler = HTTP2ConnectionHandler(ready: ready, configuration: configuration, events: events,
                                                          multiplexer: box, isTLS: endpoint.tls != nil)
                     try pipeline.addHandler(handler)
