@@ -99,25 +99,16 @@ public actor TokenManager {
     /// Where tokens come from (read by `/credentials` to say whether the fleet shares them).
     let source: any TokenSource
     private let clock: any GatewayClock
-    private let refreshBeforeExpiry: Duration
-    private let defaultLifetime: Duration
     private let timeout: Duration
-    private let options: Options
+    private let jitter: @Sendable () -> Double
     private let logger: Logger
 
-    private var current: AccessToken?
-    private var refreshToken: String?
+    /// Every decision: which token a caller gets, when to refresh, how long to back off.
+    private var lifecycle: TokenLifecycle
+    /// The refresh in flight, while `lifecycle.phase` is `.refreshing`.
     private var inFlight: Task<AccessToken, any Error>?
     /// Sleeps until the next proactive refresh or retry.
     private var scheduled: Task<Void, Never>?
-    private var failures = 0
-    private var nextAttempt: ContinuousClock.Instant?
-    private var lastError: TokenEndpointError?
-    private var lastRefresh: ContinuousClock.Instant?
-    /// The token an upstream rejected last, until a refresh replaces it: a shared store must
-    /// not hand it back.
-    private var rejected: String?
-    private var isShutDown = false
 
     // Created once per manager: handles are not free and the labels never change.
     private let refreshSuccesses: Counter
@@ -131,12 +122,13 @@ public actor TokenManager {
         self.name = name
         self.source = source
         self.clock = clock
-        self.refreshBeforeExpiry = refreshBeforeExpiry
-        self.defaultLifetime = defaultLifetime
         self.timeout = timeout
-        self.refreshToken = refreshToken
-        self.options = options
+        self.jitter = options.jitter
         self.logger = logger
+        lifecycle = TokenLifecycle(
+            refreshBeforeExpiry: refreshBeforeExpiry, defaultLifetime: defaultLifetime,
+            backoff: .init(base: options.backoffBase, cap: options.backoffCap, floor: options.backoffFloor),
+            proactiveRefresh: options.proactiveRefresh, refreshToken: refreshToken)
         refreshSuccesses = Counter(label: "portico_token_refreshes_total", dimensions: [("credential", name), ("result", "success")])
         refreshFailures = Counter(label: "portico_token_refreshes_total", dimensions: [("credential", name), ("result", "failure")])
         expiryGauge = Gauge(label: "portico_token_expiry_seconds", dimensions: [("credential", name)])
@@ -145,37 +137,30 @@ public actor TokenManager {
     /// A valid token: the cached one, or the result of the one refresh in flight.
     /// Throws `GatewayError` 503 `credentials_unavailable` when none can be had.
     public func token() async throws -> AccessToken {
-        if isShutDown { throw unavailable() }
-        let now = clock.now
-        if let current, now < current.expiry {
-            if now >= current.refreshAt && inFlight == nil && canAttempt(at: now) {
-                // Valid but due: refresh behind the caller's back, never in front of it.
-                _ = startRefresh()
-            }
-            return current
-        }
-        if let inFlight {
-            return try await inFlight.value
-        }
-        guard canAttempt(at: now) else {
+        switch lifecycle.demand(at: clock.now) {
+        case .serve(let token):
+            return token
+        case .serveAndRefresh(let token, let refresh):
+            _ = startRefresh(refresh)
+            return token
+        case .join:
+            return try await inFlightRefresh().value
+        case .refresh(let refresh):
+            return try await startRefresh(refresh).value
+        case .refuse:
             throw unavailable()
         }
-        return try await startRefresh().value
     }
 
     /// Drops `token` if it is still the current one (an upstream rejected it). A newer token
     /// another request already fetched is kept.
     public func invalidate(token: String) {
-        guard let current, current.value == token else { return }
-        self.current = nil
-        rejected = token
-        // A rejected token says nothing about the IdP: the next caller may refresh at once.
-        nextAttempt = nil
+        lifecycle.invalidate(token)
     }
 
     /// Cancels the background refresh and any call in flight. The manager then refuses tokens.
     public func shutdown() {
-        isShutDown = true
+        _ = lifecycle.shutDown()
         scheduled?.cancel()
         scheduled = nil
         inFlight?.cancel()
@@ -183,36 +168,41 @@ public actor TokenManager {
     }
 
     public var status: Status {
-        Status(hasToken: current != nil, expiry: current?.expiry, refreshing: inFlight != nil,
-               consecutiveFailures: failures, nextAttempt: nextAttempt, lastError: lastError,
-               lastRefresh: lastRefresh, observedAt: clock.now)
+        Status(hasToken: lifecycle.token != nil, expiry: lifecycle.token?.expiry,
+               refreshing: lifecycle.phase == .refreshing, consecutiveFailures: lifecycle.failures,
+               nextAttempt: lifecycle.nextAttempt, lastError: lifecycle.lastError,
+               lastRefresh: lifecycle.lastRefresh, observedAt: clock.now)
     }
 
     // MARK: - Refreshing
 
-    private func canAttempt(at now: ContinuousClock.Instant) -> Bool {
-        guard let nextAttempt else { return true }
-        return now >= nextAttempt
-    }
-
     private func unavailable() -> GatewayError {
+        if lifecycle.phase == .shutDown {
+            return .credentialsUnavailable(name, "the credential was shut down", cause: nil)
+        }
         var detail = "no valid token"
-        if let lastError { detail += " (\(lastError.description))" }
-        if isShutDown { detail = "the credential was shut down" }
-        return .credentialsUnavailable(name, detail, cause: isShutDown ? nil : lastError)
+        if let lastError = lifecycle.lastError { detail += " (\(lastError.description))" }
+        return .credentialsUnavailable(name, detail, cause: lifecycle.lastError)
     }
 
-    private func startRefresh() -> Task<AccessToken, any Error> {
-        if let inFlight { return inFlight }
+    /// The refresh the lifecycle says is in flight.
+    private func inFlightRefresh() -> Task<AccessToken, any Error> {
+        guard let inFlight else {
+            preconditionFailure("the token lifecycle is refreshing with no refresh task")
+        }
+        return inFlight
+    }
+
+    /// Starts the refresh the lifecycle just began.
+    private func startRefresh(_ refresh: TokenLifecycle.Refresh) -> Task<AccessToken, any Error> {
         let source = source
         let clock = clock
         let started = clock.now
         let deadline = started.advanced(by: timeout)
-        let refreshToken = refreshToken
-        let replacing = current?.value ?? rejected
         let task = Task<AccessToken, any Error> {
             let result = await Self.traced(credential: self.name) {
-                await Self.fetch(source, refreshToken: refreshToken, replacing: replacing, clock: clock, deadline: deadline)
+                await Self.fetch(source, refreshToken: refresh.refreshToken, replacing: refresh.replacing,
+                                 clock: clock, deadline: deadline)
             }
             return try self.complete(result, started: started)
         }
@@ -253,61 +243,34 @@ public actor TokenManager {
 
     private func complete(_ result: Result<TokenResponse, TokenEndpointError>, started: ContinuousClock.Instant) throws -> AccessToken {
         inFlight = nil
-        if isShutDown { throw unavailable() }
         let now = clock.now
-        lastRefresh = now
-        switch result {
-        case .success(let response):
-            let lifetime = response.expiresIn ?? defaultLifetime
-            // Counted from when the call was sent: the IdP started the clock no later.
-            let expiry = started + lifetime
-            // `refreshBeforeExpiry` ahead, but never before half the lifetime has passed,
-            // so a short-lived token does not cause a refresh storm.
-            let token = AccessToken(value: response.accessToken, type: response.tokenType, expiry: expiry,
-                                    refreshAt: expiry - min(refreshBeforeExpiry, lifetime / 2))
-            current = token
-            rejected = nil
-            if let rotated = response.refreshToken { refreshToken = rotated }
-            failures = 0
-            nextAttempt = nil
-            lastError = nil
+        switch lifecycle.refreshEnded(result, started: started, at: now, jitter: jitter()) {
+        case .shutDown:
+            throw unavailable()
+        case .refreshed(let token, let lifetime, let refreshAt):
             refreshSuccesses.increment()
             expiryGauge.record(Self.seconds(now.duration(to: token.expiry)))
             logger.debug("token refreshed", metadata: ["credential": .string(name),
                                                         "expires_in_s": .stringConvertible(Int(Self.seconds(lifetime)))])
-            if options.proactiveRefresh {
-                schedule(at: token.refreshAt)
-            }
+            if let refreshAt { schedule(at: refreshAt) }
             return token
-        case .failure(let error):
-            failures += 1
-            lastError = error
-            let delay = backoff(afterFailures: failures)
-            nextAttempt = now + delay
+        case .failed(let error, let delay, let retryAt, let still):
             refreshFailures.increment()
-            expiryGauge.record(current.map { Self.seconds(now.duration(to: $0.expiry)) } ?? 0)
+            expiryGauge.record(still.map { Self.seconds(now.duration(to: $0.expiry)) } ?? 0)
             logger.warning("token refresh failed", metadata: [
                 "credential": .string(name), "error": .string(error.description),
-                "failures": .stringConvertible(failures), "retry_in_ms": .stringConvertible(delay / .milliseconds(1)),
+                "failures": .stringConvertible(lifecycle.failures),
+                "retry_in_ms": .stringConvertible(delay / .milliseconds(1)),
             ])
-            // Recover without waiting for a request: retry when the backoff ends.
-            schedule(at: nextAttempt!)
-            if let current, now < current.expiry { return current }
+            schedule(at: retryAt)
+            if let still { return still }
             throw unavailable()
         }
     }
 
-    /// The full-jitter delay after `failures` consecutive failures.
-    private func backoff(afterFailures failures: Int) -> Duration {
-        let exponent = min(failures - 1, 30)
-        let ceiling = min(options.backoffCap, options.backoffBase * (1 << exponent))
-        let fraction = min(1, max(0, options.jitter()))
-        return max(min(options.backoffFloor, ceiling), ceiling * fraction)
-    }
-
     /// Replaces the background task with one that refreshes at `instant`.
     private func schedule(at instant: ContinuousClock.Instant) {
-        guard !isShutDown else { return }
+        guard lifecycle.phase != .shutDown else { return }
         scheduled?.cancel()
         let clock = clock
         // Detached: a refresh scheduled from a request's task is not part of that request's trace.
@@ -322,8 +285,12 @@ public actor TokenManager {
     }
 
     private func backgroundRefresh() async {
-        guard !isShutDown, !Task.isCancelled else { return }
-        _ = try? await startRefresh().value
+        guard !Task.isCancelled else { return }
+        switch lifecycle.backgroundDue() {
+        case .refresh(let refresh): _ = try? await startRefresh(refresh).value
+        case .join: _ = try? await inFlightRefresh().value
+        case .serve, .serveAndRefresh, .refuse: return
+        }
     }
 
     private static func seconds(_ duration: Duration) -> Double {
