@@ -141,8 +141,8 @@ public enum BodyOffer: Sendable, Equatable {
     case readerGone
 }
 
-/// The shared state of one stream. All transitions happen under one lock; continuations and
-/// wake-ups are resumed after it is released.
+/// The shared state of one stream: a `BodyPipeMachine` under one lock. Continuations and
+/// wake-ups it hands back are resumed after the lock is released.
 final class BodyPipe: Sendable {
     private enum Reader {
         case task(CheckedContinuation<ByteBuffer?, any Error>)
@@ -154,108 +154,77 @@ final class BodyPipe: Sendable {
         case wake(@Sendable () -> Void)
     }
 
-    private struct State {
-        var chunks = CircularBuffer<ByteBuffer>(initialCapacity: 4)
-        var queued = 0
-        var finished = false
-        /// The writer's failure, delivered after what was queued before it.
-        var writerError: GatewayError?
-        /// Set when the reader went away: nothing more is queued or delivered.
-        var readerError: GatewayError?
-        var reader: Reader?
-        var writer: Writer?
-        var readerGoneHandler: (@Sendable (GatewayError) -> Void)?
-    }
+    private typealias Machine = BodyPipeMachine<Reader, Writer>
 
     let highWater: Int
-    private let state = Mutex(State())
+    private let state: Mutex<Machine>
 
     init(highWater: Int) {
-        self.highWater = max(1, highWater)
+        let machine = Machine(highWater: highWater)
+        self.highWater = machine.highWater
+        state = Mutex(machine)
     }
 
-    var readerError: GatewayError? { state.withLock { $0.readerError } }
+    var readerError: GatewayError? { state.withLock { $0.readerGoneReason } }
 
     // MARK: Writer side
 
     func write(_ buffer: ByteBuffer) async throws {
         guard buffer.readableBytes > 0 else { return }
-        let outcome: (wake: Reader?, mustWait: Bool, gone: GatewayError?) = state.withLock { state in
-            if let gone = state.readerError { return (nil, false, gone) }
-            precondition(!state.finished && state.writerError == nil, "write after the body ended")
-            state.chunks.append(buffer)
-            state.queued += buffer.readableBytes
-            let reader = state.reader
-            state.reader = nil
-            return (reader, state.queued >= highWater, nil)
+        switch state.withLock({ $0.append(buffer) }) {
+        case .readerGone(let reason):
+            throw reason
+        case .queued(let reader, let full):
+            if let reader { deliver(to: reader) }
+            guard full else { return }
         }
-        if let gone = outcome.gone { throw gone }
-        if let reader = outcome.wake { deliver(to: reader) }
-        guard outcome.mustWait else { return }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let resumeNow: Result<Void, any Error>? = state.withLock { state in
-                    if let gone = state.readerError { return .failure(gone) }
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    if state.queued < highWater / 2 + 1 { return .success(()) }
-                    state.writer = .task(continuation)
-                    return nil
+                // A reader gone comes before cancellation; a cancelled writer never parks.
+                let wait = state.withLock { machine -> Machine.WriterWait? in
+                    if let reason = machine.readerGoneReason { return .readerGone(reason) }
+                    if Task.isCancelled { return nil }
+                    return machine.wait(writer: .task(continuation))
                 }
-                if let resumeNow { continuation.resume(with: resumeNow) }
+                switch wait {
+                case .parked?: break
+                case .proceed?: continuation.resume()
+                case .readerGone(let reason)?: continuation.resume(throwing: reason)
+                case nil: continuation.resume(throwing: CancellationError())
+                }
             }
         } onCancel: {
-            let waiting = state.withLock { state -> Writer? in
-                defer { state.writer = nil }
-                return state.writer
+            if case .task(let continuation) = state.withLock({ $0.removeWriter() }) {
+                continuation.resume(throwing: CancellationError())
             }
-            if case .task(let continuation) = waiting { continuation.resume(throwing: CancellationError()) }
         }
     }
 
     func offer(_ buffer: ByteBuffer, resume: @escaping @Sendable () -> Void) -> BodyOffer {
-        let outcome: (wake: Reader?, offer: BodyOffer) = state.withLock { state in
-            if state.readerError != nil { return (nil, .readerGone) }
-            precondition(!state.finished && state.writerError == nil, "write after the body ended")
-            if buffer.readableBytes > 0 {
-                state.chunks.append(buffer)
-                state.queued += buffer.readableBytes
-            }
-            let reader = state.reader
-            state.reader = nil
-            guard state.queued >= highWater else { return (reader, .accepted) }
-            state.writer = .wake(resume)
-            return (reader, .full)
+        let appended = state.withLock { machine -> Machine.Append in
+            let appended = machine.append(buffer)
+            if case .queued(_, full: true) = appended { machine.pause(writer: .wake(resume)) }
+            return appended
         }
-        if let reader = outcome.wake { deliver(to: reader) }
-        return outcome.offer
+        switch appended {
+        case .readerGone:
+            return .readerGone
+        case .queued(let reader, let full):
+            if let reader { deliver(to: reader) }
+            return full ? .full : .accepted
+        }
     }
 
     func finish() {
-        end(failure: nil)
+        if let reader = state.withLock({ $0.end(failure: nil) }) { deliver(to: reader) }
     }
 
     func fail(_ error: GatewayError) {
-        end(failure: error)
-    }
-
-    /// The writer's end, whole (`nil`) or failed; the first one counts.
-    private func end(failure: GatewayError?) {
-        let reader = state.withLock { state -> Reader? in
-            guard !state.finished, state.writerError == nil else { return nil }
-            if let failure { state.writerError = failure } else { state.finished = true }
-            defer { state.reader = nil }
-            return state.reader
-        }
-        if let reader { deliver(to: reader) }
+        if let reader = state.withLock({ $0.end(failure: error) }) { deliver(to: reader) }
     }
 
     func onReaderGone(_ handler: @escaping @Sendable (GatewayError) -> Void) {
-        let gone = state.withLock { state -> GatewayError? in
-            if let error = state.readerError { return error }
-            state.readerGoneHandler = handler
-            return nil
-        }
-        if let gone { handler(gone) }
+        if let gone = state.withLock({ $0.onReaderGone(handler) }) { handler(gone) }
     }
 
     // MARK: Reader side
@@ -267,14 +236,8 @@ final class BodyPipe: Sendable {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                let ready: (Result<ByteBuffer?, any Error>, Writer?)? = state.withLock { state in
-                    if let result = Self.take(&state, highWater: highWater) { return (result.0, result.1) }
-                    state.reader = .task(continuation)
-                    return nil
-                }
-                if let (result, writer) = ready {
-                    if let writer { Self.resume(writer) }
-                    continuation.resume(with: result)
+                if let taken = state.withLock({ $0.take(orPark: .task(continuation)) }) {
+                    hand(taken, to: continuation)
                 }
             }
         } onCancel: {
@@ -283,67 +246,34 @@ final class BodyPipe: Sendable {
     }
 
     func poll(wake: @escaping @Sendable () -> Void) -> BodyPoll {
-        let taken: (Result<ByteBuffer?, any Error>, Writer?)? = state.withLock { state in
-            if let result = Self.take(&state, highWater: highWater) { return (result.0, result.1) }
-            state.reader = .wake(wake)
-            return nil
+        guard let taken = state.withLock({ $0.take(orPark: .wake(wake)) }) else { return .pending }
+        if let writer = taken.releasedWriter { Self.resume(writer) }
+        switch taken.delivery {
+        case .chunk(let buffer): return .chunk(buffer)
+        case .end: return .end
+        case .failed(let error): return .failed(error)
         }
-        guard let (result, writer) = taken else { return .pending }
-        if let writer { Self.resume(writer) }
-        switch result {
-        case .success(let buffer?): return .chunk(buffer)
-        case .success(nil): return .end
-        case .failure(let error): return .failed(error as? GatewayError ?? .clientClosedRequest())
-        }
-    }
-
-    /// What the reader gets now, if anything, and the writer to release when the queue fell
-    /// below half of `highWater`.
-    private static func take(_ state: inout State, highWater: Int) -> (Result<ByteBuffer?, any Error>, Writer?)? {
-        if let gone = state.readerError { return (.failure(gone), nil) }
-        if let buffer = state.chunks.popFirst() {
-            state.queued -= buffer.readableBytes
-            var writer: Writer?
-            if state.queued <= highWater / 2, let waiting = state.writer {
-                writer = waiting
-                state.writer = nil
-            }
-            return (.success(buffer), writer)
-        }
-        if let error = state.writerError { return (.failure(error), nil) }
-        if state.finished { return (.success(nil), nil) }
-        return nil
     }
 
     /// The reader is gone: drops what is queued, releases a waiting writer with `error`, and
-    /// runs the writer's handler. Idempotent; ignored once the body ended normally and was read.
+    /// runs the writer's handler. Idempotent; the handler is not run once the body ended
+    /// normally and was read, or the writer failed.
     func readerGone(_ error: GatewayError, cancelled: Bool = false) {
-        let (reader, writer, handler) = state.withLock { state -> (Reader?, Writer?, (@Sendable (GatewayError) -> Void)?) in
-            guard state.readerError == nil else { return (nil, nil, nil) }
-            let complete = state.finished && state.chunks.isEmpty
-            state.readerError = error
-            state.chunks.removeAll()
-            state.queued = 0
-            defer { (state.reader, state.writer, state.readerGoneHandler) = (nil, nil, nil) }
-            // A body read to its end needs no one told; a writer that failed knows already.
-            let tell = complete || state.writerError != nil ? nil : state.readerGoneHandler
-            return (state.reader, state.writer, tell)
+        guard let departure = state.withLock({ $0.readerLeaves(error) }) else { return }
+        switch departure.reader {
+        case .task(let continuation)?:
+            continuation.resume(throwing: cancelled ? CancellationError() : error)
+        case .wake(let wake)?:
+            wake()
+        case nil:
+            break
         }
-        if let reader {
-            switch reader {
-            case .task(let continuation):
-                continuation.resume(throwing: cancelled ? CancellationError() : error)
-            case .wake(let wake):
-                wake()
-            }
+        switch departure.writer {
+        case .task(let continuation)?: continuation.resume(throwing: error)
+        case .wake(let resume)?: resume()
+        case nil: break
         }
-        if let writer {
-            switch writer {
-            case .task(let continuation): continuation.resume(throwing: error)
-            case .wake(let resume): resume()
-            }
-        }
-        handler?(error)
+        departure.handler?(error)
     }
 
     private func deliver(to reader: Reader) {
@@ -351,15 +281,20 @@ final class BodyPipe: Sendable {
         case .wake(let wake):
             wake()
         case .task(let continuation):
-            let taken = state.withLock { state in Self.take(&state, highWater: highWater) }
-            guard let (result, writer) = taken else {
-                // Nothing to give after all (cannot happen: a reader waits only on an empty
-                // queue, and is handed over together with what filled it): wait again.
-                state.withLock { $0.reader = .task(continuation) }
-                return
+            // A reader waits only on an empty queue and is handed over with what filled it,
+            // so there is something to take; if not, it waits again.
+            if let taken = state.withLock({ $0.take(orPark: .task(continuation)) }) {
+                hand(taken, to: continuation)
             }
-            if let writer { Self.resume(writer) }
-            continuation.resume(with: result)
+        }
+    }
+
+    private func hand(_ taken: Machine.Take, to continuation: CheckedContinuation<ByteBuffer?, any Error>) {
+        if let writer = taken.releasedWriter { Self.resume(writer) }
+        switch taken.delivery {
+        case .chunk(let buffer): continuation.resume(returning: buffer)
+        case .end: continuation.resume(returning: nil)
+        case .failed(let error): continuation.resume(throwing: error)
         }
     }
 
