@@ -2,6 +2,9 @@ import NIOCore
 import NIOHTTP1
 import NIOHTTP2
 
+// Over 450 lines on purpose: one pure state machine (its states, the events NIO delivers and the
+// actions it returns) read as one transition table; its handler and tests live beside it.
+
 /// The logic of one `HTTP1ExchangeHandler`, as a value: NIO's events come in as calls, what the
 /// handler must do comes back as an `Action`. No channel, no timers, no promises: `Waiter` is
 /// whoever hears an exchange's response and `Relay` where a streamed body's parts go (the
