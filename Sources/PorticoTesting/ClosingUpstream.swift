@@ -44,7 +44,7 @@ public final class ClosingUpstream: Sendable {
         var port = 0
     }
 
-    private let loopback = LoopbackServer<HTTPServerRequestPart, ByteBuffer>()
+    private let loopback = LoopbackServer<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>>()
     private let state: Mutex<State>
 
     public init(script: [Next] = []) {
@@ -62,7 +62,7 @@ public final class ClosingUpstream: Sendable {
     }
 
     public func start() async throws {
-        let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: TestExecutors.group)
+        let server: LoopbackServer<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>>.Server = try await ServerBootstrap(group: TestExecutors.group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: "127.0.0.1", port: 0) { channel in
