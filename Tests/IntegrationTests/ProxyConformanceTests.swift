@@ -311,10 +311,13 @@ struct ProxyConformanceTests {
         let count = 20
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<count {
-                group.addTask { #expect(try await gateway.request("GET", "/api/held").status == 200) }
+                group.addTask {
+                    let response = try await gateway.request("GET", "/api/held")
+                    #expect(response.status == 200)
+                }
             }
             // Every request is held upstream at once before any is answered.
-            try await Eventually.wait("all \(count) requests held upstream") { upstream.hits("/base/held") == count }
+            try await Eventually.wait(timeout: .seconds(60), "all \(count) requests held upstream") { upstream.hits("/base/held") == count }
             gate.open()
             try await group.waitForAll()
         }
