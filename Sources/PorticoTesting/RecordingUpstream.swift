@@ -10,6 +10,8 @@ import Synchronization
 /// Requests are split by their own framing (`Content-Length`, or `Transfer-Encoding: chunked`
 /// decoded to its last chunk, or no body). Bytes that do not frame a request are kept in
 /// `unframedBytes` and the connection is closed.
+///
+/// HTTP/1.1 only, by nature: its point is the HTTP/1.1 bytes on the wire (HTTP/2: `TestUpstream`).
 public final class RecordingUpstream: Sendable {
     /// One request as received.
     public struct Received: Sendable {
