@@ -11,6 +11,8 @@ import Synchronization
 ///
 /// Each request is answered as the next entry of `script` says, in order of arrival over all
 /// connections (`.answer` once the script has run out). An answer's body is `METHOD PATH BODY`.
+///
+/// HTTP/1.1 only, by nature: stale keep-alive reuse is HTTP/1.1's (HTTP/2 has GOAWAY and refused streams).
 public final class ClosingUpstream: Sendable {
     public enum Next: Sendable, Equatable {
         /// 200 with `METHOD PATH BODY`, keep-alive.
