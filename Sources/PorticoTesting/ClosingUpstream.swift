@@ -11,6 +11,8 @@ import Synchronization
 ///
 /// Each request is answered as the next entry of `script` says, in order of arrival over all
 /// connections (`.answer` once the script has run out). An answer's body is `METHOD PATH BODY`.
+///
+/// HTTP/1.1 only, by nature: stale keep-alive reuse is HTTP/1.1's (HTTP/2 has GOAWAY and refused streams).
 public final class ClosingUpstream: Sendable {
     public enum Next: Sendable, Equatable {
         /// 200 with `METHOD PATH BODY`, keep-alive.
@@ -44,7 +46,7 @@ public final class ClosingUpstream: Sendable {
         var port = 0
     }
 
-    private let loopback = LoopbackServer<HTTPServerRequestPart, ByteBuffer>()
+    private let loopback = LoopbackServer<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>>()
     private let state: Mutex<State>
 
     public init(script: [Next] = []) {
@@ -62,7 +64,7 @@ public final class ClosingUpstream: Sendable {
     }
 
     public func start() async throws {
-        let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: TestExecutors.group)
+        let server: LoopbackServer<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>>.Server = try await ServerBootstrap(group: TestExecutors.group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: "127.0.0.1", port: 0) { channel in

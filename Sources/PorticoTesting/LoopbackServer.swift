@@ -1,10 +1,23 @@
 import NIOCore
 import Synchronization
 
+/// A connection `LoopbackServer` serves: an `NIOAsyncChannel`, or an HTTP/2 connection (its
+/// channel and stream multiplexer, `TestUpstream`).
+protocol LoopbackConnection: Sendable {
+    var channel: any Channel { get }
+    /// Closes a connection that was accepted but never served.
+    func closeUnserved() async
+}
+
+extension NIOAsyncChannel: LoopbackConnection {
+    func closeUnserved() async {
+        try? await executeThenClose { _, _ in }
+    }
+}
+
 /// What the in-process test servers share: a bound NIO server channel whose connections are each
 /// served in a child task, and a shutdown that closes the listener and waits for every task.
-final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
-    typealias Connection = NIOAsyncChannel<Inbound, Outbound>
+final class LoopbackServer<Connection: LoopbackConnection>: Sendable {
     typealias Server = NIOAsyncChannel<Accepted, Never>
 
     /// An accepted connection, closed properly even if it is never served. NIO traps when an
@@ -30,7 +43,7 @@ final class LoopbackServer<Inbound: Sendable, Outbound: Sendable>: Sendable {
             guard let unserved = take() else { return }
             // On its loop too: a close waiting behind the suite's synchronous tests left the
             // client's socket open for seconds after `shutdown`.
-            Task(executorPreference: executor) { try? await unserved.executeThenClose { _, _ in } }
+            Task(executorPreference: executor) { await unserved.closeUnserved() }
         }
     }
 

@@ -10,6 +10,8 @@ import Synchronization
 /// Requests are split by their own framing (`Content-Length`, or `Transfer-Encoding: chunked`
 /// decoded to its last chunk, or no body). Bytes that do not frame a request are kept in
 /// `unframedBytes` and the connection is closed.
+///
+/// HTTP/1.1 only, by nature: its point is the HTTP/1.1 bytes on the wire (HTTP/2: `TestUpstream`).
 public final class RecordingUpstream: Sendable {
     /// One request as received.
     public struct Received: Sendable {
@@ -39,7 +41,7 @@ public final class RecordingUpstream: Sendable {
     private typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
 
     private let state: Mutex<State>
-    private let loopback = LoopbackServer<ByteBuffer, ByteBuffer>()
+    private let loopback = LoopbackServer<Connection>()
     /// Requests are small in tests; a connection buffering more than this is cut off.
     private static let maxBufferedBytes = 8 * 1024 * 1024
 
@@ -55,7 +57,7 @@ public final class RecordingUpstream: Sendable {
     public var unframedBytes: [UInt8] { state.withLock { $0.unframed } }
 
     public func start() async throws {
-        let server: LoopbackServer<ByteBuffer, ByteBuffer>.Server = try await ServerBootstrap(group: TestExecutors.group)
+        let server: LoopbackServer<Connection>.Server = try await ServerBootstrap(group: TestExecutors.group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture { .init(try Connection(wrappingChannelSynchronously: channel)) }

@@ -1,13 +1,19 @@
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
 import NIOPosix
 import NIOSSL
 import Portico
 import Synchronization
 
-/// An in-process HTTP/1.1 upstream on SwiftNIO for tests and `portico demo`, bound to
+/// An in-process HTTP/1.1 or HTTP/2 upstream on SwiftNIO for tests and `portico demo`, bound to
 /// 127.0.0.1 on an ephemeral port.
+///
+/// With `speaking: .http2` it serves HTTP/2 only: by prior knowledge (h2c) over cleartext, with
+/// ALPN `h2` over TLS. Each stream is turned into HTTP/1-shaped parts
+/// (`HTTP2FramePayloadToHTTP1ServerCodec`), so the same routes serve both; `arrivals` tells on
+/// which protocol and connection each request came, and `peakStreams` whether streams shared one.
 ///
 /// Responses are scripted per path (exact path, query ignored) or by a fallback closure; the
 /// default fallback echoes the request. Responses are written as raw bytes, so duplicate
@@ -31,6 +37,8 @@ public final class TestUpstream: Sendable {
         public var version: String
         public var headers: [(name: String, value: String)]
         public var body: [UInt8]
+        /// The connection it came on: 1, 2, … in order of accepting.
+        public var connection: Int = 0
 
         public var path: String {
             target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
@@ -49,12 +57,13 @@ public final class TestUpstream: Sendable {
         public enum Ending: Sendable {
             /// Head and body as given (a `Content-Length` is added unless one is present).
             case complete
-            /// Declare `declaredLength` bytes, send the body, then close the connection.
+            /// Declare `declaredLength` bytes, send the body, then close the connection (HTTP/2:
+            /// reset the stream, `RST_STREAM(CANCEL)`).
             case closeAfterBody(declaredLength: Int)
             /// Never answer (the connection stays open until the client leaves or shutdown).
             case never
-            /// Never answer; when the client closes the connection, count it in `abandoned`
-            /// (a hedge's loser, a cancelled exchange).
+            /// Never answer; when the client closes the connection (HTTP/2: resets the stream),
+            /// count it in `abandoned` (a hedge's loser, a cancelled exchange).
             case untilClientCloses
             /// Send the head, then each piece `body` yields as it comes (chunked, unless the
             /// headers declare a `Content-Length`), then end as `end` says.
@@ -65,7 +74,7 @@ public final class TestUpstream: Sendable {
         public enum StreamEnd: Sendable {
             /// The terminating chunk (or nothing more, with a declared length), keep-alive.
             case complete
-            /// Close the connection: no terminating chunk.
+            /// Close the connection: no terminating chunk (HTTP/2: reset the stream, no END_STREAM).
             case close
         }
 
@@ -190,8 +199,58 @@ public final class TestUpstream: Sendable {
         public var headerNames: [String] { headers.compactMap { $0.first?.lowercased() } }
     }
 
-    private typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>
-    private let loopback = LoopbackServer<HTTPServerRequestPart, ByteBuffer>()
+    /// The protocol it serves.
+    public enum Speaks: String, Sendable, CaseIterable {
+        case http1
+        /// HTTP/2 only: prior knowledge (h2c) in cleartext, ALPN `h2` over TLS.
+        case http2
+    }
+
+    /// Where and how a request arrived.
+    public struct Arrival: Sendable, Equatable {
+        public var path: String
+        /// `HTTP/1.1`, `HTTP/2.0`.
+        public var version: String
+        /// 1, 2, … in order of accepting.
+        public var connection: Int
+    }
+
+    private typealias HTTP1Connection = NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>
+    private typealias Stream = NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
+    /// A stream, closed properly if the connection ends before it is served.
+    private typealias AcceptedStream = LoopbackServer<Stream>.Accepted
+
+    /// An HTTP/2 connection: the streams the client opens arrive on `streams`.
+    private struct HTTP2Connection: LoopbackConnection {
+        let channel: any Channel
+        let streams: NIOHTTP2Handler.AsyncStreamMultiplexer<AcceptedStream>
+        func closeUnserved() async {
+            try? await channel.close()
+        }
+    }
+
+    private enum Served: LoopbackConnection {
+        case http1(HTTP1Connection)
+        case http2(HTTP2Connection)
+
+        var channel: any Channel {
+            switch self {
+            case .http1(let connection): connection.channel
+            case .http2(let connection): connection.channel
+            }
+        }
+
+        func closeUnserved() async {
+            switch self {
+            case .http1(let connection): await connection.closeUnserved()
+            case .http2(let connection): await connection.closeUnserved()
+            }
+        }
+    }
+
+    private let loopback = LoopbackServer<Served>()
+    /// Arrivals kept (tests send far fewer; the rest are counted in `hits` only).
+    private static let maxArrivals = 100_000
 
     private struct State {
         var routes: [String: Handler] = [:]
@@ -200,20 +259,30 @@ public final class TestUpstream: Sendable {
         var accepted = 0
         var open = 0
         var abandoned = 0
+        var arrivals: [Arrival] = []
+        /// HTTP/2: streams open now per connection, and the most seen at once on one.
+        var streams: [Int: Int] = [:]
+        var peakStreams = 0
     }
 
     private let fallback: Handler
     private let tls: TLSConfiguration?
+    public let speaks: Speaks
     /// The loopback address it binds (Linux routes all of 127/8: tests run several upstreams on
     /// 127.0.0.1, 127.0.0.2, 127.0.0.3).
     public let host: String
     private let state = Mutex(State())
 
-    /// `handler` answers paths without a route (default: echo). With `tls` it serves HTTPS.
-    public init(handler: Handler? = nil, tls: TLSConfiguration? = nil, host: String = "127.0.0.1") {
+    /// `handler` answers paths without a route (default: echo). With `tls` it serves HTTPS;
+    /// `speaking: .http2` serves HTTP/2 (h2c, or ALPN `h2` with `tls`).
+    public init(handler: Handler? = nil, tls: TLSConfiguration? = nil, host: String = "127.0.0.1",
+                speaking: Speaks = .http1) {
         fallback = handler ?? { .echo($0) }
+        var tls = tls
+        if speaking == .http2 { tls?.applicationProtocols = ["h2"] }
         self.tls = tls
         self.host = host
+        speaks = speaking
     }
 
     /// Scripts `path` with a closure (it may await: delays, gates).
@@ -239,6 +308,13 @@ public final class TestUpstream: Sendable {
     /// Requests answered `untilClientCloses` whose client has closed the connection.
     public var abandoned: Int { state.withLock { $0.abandoned } }
 
+    /// Every request so far (up to 100 000), in order of arrival: path, protocol, connection.
+    public var arrivals: [Arrival] { state.withLock { $0.arrivals } }
+
+    /// HTTP/2: the most streams open at once on one connection (0 on HTTP/1.1). Above 1, requests
+    /// were multiplexed.
+    public var peakStreams: Int { state.withLock { $0.peakStreams } }
+
     /// The bound port (0 before `start()`).
     public var port: Int { state.withLock { $0.port } }
 
@@ -248,7 +324,8 @@ public final class TestUpstream: Sendable {
     /// Binds `port` (0: an ephemeral one), e.g. the port of an upstream stopped earlier, to restart it.
     public func start(port: Int = 0) async throws {
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
-        let server: LoopbackServer<HTTPServerRequestPart, ByteBuffer>.Server = try await ServerBootstrap(group: TestExecutors.group)
+        let speaks = speaks
+        let server: LoopbackServer<Served>.Server = try await ServerBootstrap(group: TestExecutors.group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -257,12 +334,26 @@ public final class TestUpstream: Sendable {
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     }
-                    try channel.pipeline.syncOperations.addHandler(
-                        ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
-                    return .init(try Connection(wrappingChannelSynchronously: channel))
+                    guard speaks == .http2 else {
+                        try channel.pipeline.syncOperations.addHandler(
+                            ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+                        return .init(.http1(try HTTP1Connection(wrappingChannelSynchronously: channel)))
+                    }
+                    let streams = try channel.pipeline.syncOperations.configureAsyncHTTP2Pipeline(mode: .server) { stream in
+                        stream.eventLoop.makeCompletedFuture {
+                            try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
+                            return AcceptedStream(try Stream(wrappingChannelSynchronously: stream))
+                        }
+                    }
+                    return .init(.http2(HTTP2Connection(channel: channel, streams: streams)))
                 }
             }
-        let port = loopback.run(server) { [self] connection in await serve(connection) }
+        let port = loopback.run(server) { [self] connection in
+            switch connection {
+            case .http1(let connection): await serve(connection)
+            case .http2(let connection): await serve(connection)
+            }
+        }
         state.withLock { $0.port = port }
     }
 
@@ -271,8 +362,8 @@ public final class TestUpstream: Sendable {
         await loopback.shutdown()
     }
 
-    private func serve(_ connection: Connection) async {
-        state.withLock { $0.accepted += 1; $0.open += 1 }
+    private func serve(_ connection: HTTP1Connection) async {
+        let id = state.withLock { $0.accepted += 1; $0.open += 1; return $0.accepted }
         defer { state.withLock { $0.open -= 1 } }
         let channel = connection.channel
         try? await connection.executeThenClose { inbound, outbound in
@@ -290,7 +381,7 @@ public final class TestUpstream: Sendable {
                     head = nil
                     let request = Request(method: h.method.rawValue, target: h.uri,
                                           version: "HTTP/\(h.version.major).\(h.version.minor)",
-                                          headers: h.headers.map { ($0.name, $0.value) }, body: body)
+                                          headers: h.headers.map { ($0.name, $0.value) }, body: body, connection: id)
                     let response = await answer(request)
                     if let delay = response.delay { try await Task.sleep(for: delay) }
                     if case .never = response.ending {
@@ -321,9 +412,102 @@ public final class TestUpstream: Sendable {
         }
     }
 
+    /// Serves the streams of one HTTP/2 connection, each in its own task, until the connection
+    /// ends (or `shutdown`); then the streams still waiting (`never`) are cancelled.
+    private func serve(_ connection: HTTP2Connection) async {
+        let id = state.withLock { $0.accepted += 1; $0.open += 1; return $0.accepted }
+        defer { state.withLock { $0.open -= 1; $0.streams[id] = nil } }
+        await withDiscardingTaskGroup { group in
+            do {
+                for try await accepted in connection.streams.inbound {
+                    group.addTask(executorPreference: accepted.executor) { [self] in
+                        if let stream = accepted.take() { await serve(stream, on: id) }
+                    }
+                }
+            } catch {}
+            group.cancelAll()
+        }
+        try? await connection.channel.close()
+    }
+
+    /// One HTTP/2 stream: one request, one response. Parts are written straight to the stream's
+    /// channel and each write awaited: it completes once the frame went out, so a body waits on
+    /// the stream's flow-control window, and nothing is still queued when the stream is closed.
+    private func serve(_ stream: Stream, on connection: Int) async {
+        state.withLock { state in
+            state.streams[connection, default: 0] += 1
+            state.peakStreams = max(state.peakStreams, state.streams[connection] ?? 0)
+        }
+        defer { state.withLock { $0.streams[connection]? -= 1 } }
+        let channel = stream.channel
+        try? await stream.executeThenClose { inbound, _ in
+            var head: HTTPRequestHead?
+            var body: [UInt8] = []
+            for try await part in inbound {
+                switch part {
+                case .head(let h): head = h
+                case .body(let buffer): body.append(contentsOf: buffer.readableBytesView)
+                case .end: break
+                }
+                guard case .end = part else { continue }
+                guard let h = head else { return }
+                let request = Request(method: h.method.rawValue, target: h.uri,
+                                      version: "HTTP/\(h.version.major).\(h.version.minor)",
+                                      headers: h.headers.map { ($0.name, $0.value) }, body: body, connection: connection)
+                let response = await answer(request)
+                if let delay = response.delay { try await Task.sleep(for: delay) }
+                switch response.ending {
+                case .never:
+                    while true { try await Task.sleep(for: .seconds(3600)) }
+                case .untilClientCloses:
+                    // A stream's channel closes when the client resets it (or the connection ends).
+                    try? await channel.closeFuture.get()
+                    state.withLock { $0.abandoned += 1 }
+                    return
+                case .complete, .closeAfterBody, .streamed:
+                    break
+                }
+                try await channel.writeAndFlush(HTTPServerResponsePart.head(Self.head(response))).get()
+                let bodiless = response.status < 200 || response.status == 204 || response.status == 304
+                if request.method != "HEAD" && !bodiless && !response.body.isEmpty {
+                    try await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(bytes: response.body)))).get()
+                }
+                switch response.ending {
+                case .closeAfterBody:
+                    return  // closed before its end: RST_STREAM
+                case .streamed(let pieces, let end):
+                    for await piece in pieces where !piece.isEmpty {
+                        try await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(bytes: piece)))).get()
+                    }
+                    guard case .complete = end else { return }
+                default:
+                    break
+                }
+                try await channel.writeAndFlush(HTTPServerResponsePart.end(nil)).get()
+                return
+            }
+        }
+    }
+
+    /// The response head for HTTP/2 (the codec drops connection-specific fields; a `Content-Length`
+    /// is added as on HTTP/1.1).
+    private static func head(_ response: Response) -> HTTPResponseHead {
+        var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
+        let bodiless = response.status < 200 || response.status == 204 || response.status == 304
+        if case .closeAfterBody(let declared) = response.ending {
+            headers.add(name: "Content-Length", value: String(declared))
+        } else if case .complete = response.ending, !declaresLength(response), !bodiless {
+            headers.add(name: "Content-Length", value: String(response.body.count))
+        }
+        return HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: response.status), headers: headers)
+    }
+
     private func answer(_ request: Request) async -> Response {
         let handler: Handler = state.withLock { state in
             state.hits[request.path, default: 0] += 1
+            if state.arrivals.count < Self.maxArrivals {
+                state.arrivals.append(Arrival(path: request.path, version: request.version, connection: request.connection))
+            }
             return state.routes[request.path] ?? fallback
         }
         do {

@@ -6,7 +6,7 @@ import PorticoTesting
 import Testing
 
 /// `tls.pin_sha256` and `verify: pin_only` on the `nio` transport, with certificates made by
-/// `openssl` at test time (`TestCertificates`).
+/// `openssl` at test time (`TestCertificates`); upstreams on HTTP/1.1 and HTTP/2 (ALPN `h2`).
 @Suite("Certificate pinning for upstreams and token endpoints")
 struct CertificatePinningTests {
     static func pin(_ pair: KeyPath<TestCertificates, TestCertificates.Pair>) async throws -> [UInt8] {
@@ -43,27 +43,30 @@ struct CertificatePinningTests {
         #expect(try await Self.pin(\.wildcard) != (try await Self.pin(\.server)))
     }
 
-    @Test("a pinned key passes, also in a renewed certificate; another pin in the list is fine")
-    func sameKeyPasses() async throws {
+    @Test("a pinned key passes, also in a renewed certificate; another pin in the list is fine",
+          arguments: TLSTests.protocols)
+    func sameKeyPasses(httpProtocol: UpstreamProtocol) async throws {
         let tls = try await Self.tls(pins: [Array(repeating: 7, count: 32), try await Self.pin(\.server)])
         for pair in [\TestCertificates.server, \TestCertificates.renewedServer] {
-            let upstream = try await TLSTests.upstream(pair)
-            let gateway = try TLSTests.gateway(upstream.baseURL, tls: tls)
+            let upstream = try await TLSTests.upstream(pair, speaking: httpProtocol)
+            let gateway = try TLSTests.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
             let response = try await gateway.request("GET", "/api/pinned")
             #expect(response.status == 200)
             #expect(try TestUpstream.Echo.decode(response.body).target == "/pinned")
+            TLSTests.expectArrivals(upstream, on: httpProtocol)
             await gateway.stop()
             await upstream.shutdown()
         }
     }
 
-    @Test("a valid certificate with another key is a 502 upstream_tls_error, logged and counted; no request reaches it")
-    func differentKeyFails() async throws {
+    @Test("a valid certificate with another key is a 502 upstream_tls_error, logged and counted; no request reaches it",
+          arguments: TLSTests.protocols)
+    func differentKeyFails(httpProtocol: UpstreamProtocol) async throws {
         // `wildcard` is signed by the trusted CA and names 127.0.0.1: only its key is wrong.
-        let upstream = try await TLSTests.upstream(\.wildcard)
+        let upstream = try await TLSTests.upstream(\.wildcard, speaking: httpProtocol)
         let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
         let gateway = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.server)]),
-                                           logger: log.logger)
+                                           httpProtocol: httpProtocol, logger: log.logger)
         let response = try await gateway.request("GET", "/api/secret", headers: [("X-Request-ID", "pin-req-1")])
         #expect(response.status == 502)
         let body = try JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
@@ -78,10 +81,11 @@ struct CertificatePinningTests {
         await upstream.shutdown()
     }
 
-    @Test("a pinned key under a CA that is not trusted still fails: the chain is verified too")
-    func pinWithWrongCAFails() async throws {
-        let upstream = try await TLSTests.upstream(\.wrongCA)
-        let gateway = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.wrongCA)]))
+    @Test("a pinned key under a CA that is not trusted still fails: the chain is verified too", arguments: TLSTests.protocols)
+    func pinWithWrongCAFails(httpProtocol: UpstreamProtocol) async throws {
+        let upstream = try await TLSTests.upstream(\.wrongCA, speaking: httpProtocol)
+        let gateway = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.wrongCA)]),
+                                           httpProtocol: httpProtocol)
         let response = try await gateway.request("GET", "/api/secret")
         #expect(response.status == 502)
         #expect(try TLSTests.errorCode(response) == "upstream_tls_error")
@@ -91,30 +95,36 @@ struct CertificatePinningTests {
         await upstream.shutdown()
     }
 
-    @Test("verify: pin_only accepts a self-signed certificate with the pinned key, and only that key")
-    func pinOnlySelfSigned() async throws {
+    @Test("verify: pin_only accepts a self-signed certificate with the pinned key, and only that key",
+          arguments: TLSTests.protocols)
+    func pinOnlySelfSigned(httpProtocol: UpstreamProtocol) async throws {
         // A self-signed certificate naming no host at all: only the pin is checked.
-        let upstream = try await TLSTests.upstream(\.rsaPKCS1)
-        let pinned = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.rsaPKCS1)], pinOnly: true))
+        let upstream = try await TLSTests.upstream(\.rsaPKCS1, speaking: httpProtocol)
+        let pinned = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.rsaPKCS1)], pinOnly: true),
+                                          httpProtocol: httpProtocol)
         #expect(try await pinned.request("GET", "/api/self").status == 200)
         await pinned.stop()
 
-        let other = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.ecWithParameters)], pinOnly: true))
+        let other = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.ecWithParameters)], pinOnly: true),
+                                         httpProtocol: httpProtocol)
         let refused = try await other.request("GET", "/api/self")
         #expect(refused.status == 502)
         #expect(refused.bodyText.contains("certificate pin mismatch"), "\(refused.bodyText)")
         await other.stop()
 
         // Without pin_only the same pin does not make a self-signed certificate trusted.
-        let full = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.rsaPKCS1)]))
+        let full = try TLSTests.gateway(upstream.baseURL, tls: try await Self.tls(pins: [try await Self.pin(\.rsaPKCS1)]),
+                                        httpProtocol: httpProtocol)
         let unverified = try await full.request("GET", "/api/self")
         #expect(unverified.status == 502)
         #expect(unverified.bodyText.contains("certificate verify failed"), "\(unverified.bodyText)")
         await full.stop()
         #expect(upstream.totalHits == 1)
+        TLSTests.expectArrivals(upstream, on: httpProtocol)
         await upstream.shutdown()
     }
 
+    // HTTP/1.1 only: token endpoints have no `protocol` setting (fetched on HTTP/1.1).
     @Test("a token endpoint takes the same pins: a match issues the token, a mismatch is a TLS failure")
     func tokenEndpoint() async throws {
         let idp = try await TLSTests.upstream(\.server)

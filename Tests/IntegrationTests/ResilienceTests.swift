@@ -9,10 +9,11 @@ import Testing
 struct EndpointTrio {
     var upstreams: [TestUpstream]
 
-    static func start(_ script: (TestUpstream) -> Void = { _ in }) async throws -> EndpointTrio {
+    static func start(speaking: TestUpstream.Speaks = .http1,
+                      _ script: (TestUpstream) -> Void = { _ in }) async throws -> EndpointTrio {
         var upstreams: [TestUpstream] = []
         for host in ["127.0.0.1", "127.0.0.2", "127.0.0.3"] {
-            let upstream = TestUpstream(host: host)
+            let upstream = TestUpstream(host: host, speaking: speaking)
             upstream.route("/api/item", .text("ok\n"))
             script(upstream)
             try await upstream.start()
@@ -29,11 +30,12 @@ struct EndpointTrio {
 }
 
 /// `/api/` to an upstream over `endpoints` through `[log]` (and `retry` when given).
-func resilienceConfig(_ endpoints: [URL], transport: UpstreamConfig.Transport, retry: RetryConfig? = nil,
-                      configure: (inout UpstreamConfig) -> Void = { _ in }) -> PorticoConfig {
+func resilienceConfig(_ endpoints: [URL], transport: UpstreamConfig.Transport, httpProtocol: UpstreamProtocol = .http1,
+                      retry: RetryConfig? = nil, configure: (inout UpstreamConfig) -> Void = { _ in }) -> PorticoConfig {
     var config = PorticoConfig()
     var upstream = UpstreamConfig(name: "app", endpoints: endpoints)
     upstream.transport = transport
+    upstream.httpProtocol = httpProtocol
     upstream.outlierDetection.consecutiveFailures = 3
     upstream.outlierDetection.maxEjection = 0.5
     configure(&upstream)
@@ -57,15 +59,22 @@ final class Shared<Value: Sendable>: Sendable {
     var current: Value { value.withLock { $0 } }
 }
 
-/// Issue #34 end to end: several endpoints per upstream on both transports.
+/// `resilienceConfig` for `leg` (its transport and protocol).
+func resilienceConfig(_ endpoints: [URL], _ leg: ProxyLeg, retry: RetryConfig? = nil,
+                      configure: (inout UpstreamConfig) -> Void = { _ in }) -> PorticoConfig {
+    resilienceConfig(endpoints, transport: leg.transport, httpProtocol: leg.httpProtocol, retry: retry, configure: configure)
+}
+
+/// Issue #34 end to end: several endpoints per upstream on both transports, and on `nio` over
+/// HTTP/2 too (the trio then speaks h2c only).
 @Suite("Resilience: several endpoints through the real gateway")
 struct ResilienceTests {
     @Test("one of three upstreams stopped under steady load: with retry no client sees an error",
-          arguments: UpstreamConfig.Transport.allCases)
-    func stoppedUnderLoadWithRetry(transport: UpstreamConfig.Transport) async throws {
-        let trio = try await EndpointTrio.start()
+          arguments: ProxyLeg.plain)
+    func stoppedUnderLoadWithRetry(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         let log = AccessLogCapture()
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport, retry: quickRetry()), logger: log.logger)
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg, retry: quickRetry()), logger: log.logger)
         let errors = Shared(0), served = Shared(0), stopped = Shared(false)
         // Four clients, each one request at a time, until 150 requests after the stop.
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -90,16 +99,17 @@ struct ResilienceTests {
         #expect(served.current >= 600)
         let endpoints = Set(log.records.compactMap { $0["endpoint"]?.description })
         #expect(endpoints == Set(trio.upstreams.map { "\($0.host):\($0.port)" }))
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
     @Test("without retry at most consecutive_failures requests fail; the restarted upstream gets traffic after its ejection",
-          arguments: UpstreamConfig.Transport.allCases)
-    func ejectionAndReturn(transport: UpstreamConfig.Transport) async throws {
-        let trio = try await EndpointTrio.start()
+          arguments: ProxyLeg.plain)
+    func ejectionAndReturn(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         let clock = ManualClock()
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) {
             $0.outlierDetection.baseEjection = .seconds(30)
         }, clock: clock)
         for _ in 0..<6 { _ = try await gateway.request("GET", "/api/item") }
@@ -115,7 +125,7 @@ struct ResilienceTests {
         }
         #expect(failures == 3)
 
-        let restarted = TestUpstream(host: "127.0.0.3")
+        let restarted = TestUpstream(host: "127.0.0.3", speaking: leg.speaks)
         restarted.route("/api/item", .text("back\n"))
         try await restarted.start(port: stoppedPort)
         for _ in 0..<30 { _ = try await gateway.request("GET", "/api/item") }
@@ -131,38 +141,39 @@ struct ResilienceTests {
         await trio.stop()
     }
 
-    @Test("an endpoint answering 503 is ejected; one answering 404 is not", arguments: UpstreamConfig.Transport.allCases)
-    func statusClassification(transport: UpstreamConfig.Transport) async throws {
-        let trio = try await EndpointTrio.start()
+    @Test("an endpoint answering 503 is ejected; one answering 404 is not", arguments: ProxyLeg.plain)
+    func statusClassification(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
         trio.upstreams[2].route("/api/item", .text("no such item\n", status: 404))
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) { $0.outlierDetection.maxEjection = 1 })
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) { $0.outlierDetection.maxEjection = 1 })
         var statuses: [Int: Int] = [:]
         for _ in 0..<60 {
             statuses[try await gateway.request("GET", "/api/item").status, default: 0] += 1
         }
         // Known defect (session 17, see the closing note): in full-suite runs urlsession lets one
         // request more reach the failing endpoint before its ejection (it passes alone); nio is exact.
-        let extra = transport == .urlsession ? 1 : 0
+        let extra = leg.transport == .urlsession ? 1 : 0
         #expect((3...3 + extra).contains(statuses[503] ?? 0), "503s: \(statuses[503] ?? 0)")
         #expect((3...3 + extra).contains(trio.upstreams[1].hits("/api/item")))
         #expect(trio.upstreams[2].hits("/api/item") >= 25)
         #expect(statuses[404] == trio.upstreams[2].hits("/api/item"))
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
     @Test("2 × max_requests concurrent: the excess gets 503 upstream_overloaded at once, the rest succeed",
-          arguments: UpstreamConfig.Transport.allCases)
-    func circuitBreaker(transport: UpstreamConfig.Transport) async throws {
+          arguments: ProxyLeg.plain)
+    func circuitBreaker(leg: ProxyLeg) async throws {
         let gate = AsyncGate()
-        let trio = try await EndpointTrio.start { upstream in
+        let trio = try await EndpointTrio.start(speaking: leg.speaks) { upstream in
             upstream.route("/api/slow") { _ in
                 await gate.wait()
                 return .text("slow\n")
             }
         }
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) {
             var breaker = CircuitBreakerConfig()
             breaker.maxRequests = 6
             $0.circuitBreaker = breaker
@@ -194,15 +205,16 @@ struct ResilienceTests {
         // "At once" is the wait above, not a wall-clock bound (which a loaded machine breaks): all
         // six refusals came while the six admitted requests were still held upstream, so none
         // waited for a connection, and none for its deadline (20 s: it would have been a 504).
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
     @Test("a streamed response counts toward max_requests until its body ends, not at its head",
-          arguments: UpstreamConfig.Transport.allCases)
-    func breakerCountsStreamsToTheirEnd(transport: UpstreamConfig.Transport) async throws {
+          arguments: ProxyLeg.plain)
+    func breakerCountsStreamsToTheirEnd(leg: ProxyLeg) async throws {
         let producers = Shared<[AsyncStream<[UInt8]>.Continuation]>([])
-        let trio = try await EndpointTrio.start { upstream in
+        let trio = try await EndpointTrio.start(speaking: leg.speaks) { upstream in
             upstream.route("/api/events") { _ in
                 let (events, producer) = AsyncStream<[UInt8]>.makeStream()
                 producer.yield(Array("data: hello\n\n".utf8))
@@ -210,7 +222,7 @@ struct ResilienceTests {
                 return .streamed(headers: [("Content-Type", "text/event-stream")], events)
             }
         }
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) {
             var breaker = CircuitBreakerConfig()
             breaker.maxRequests = 2
             $0.circuitBreaker = breaker
@@ -235,14 +247,15 @@ struct ResilienceTests {
         }
         // Given back when each body ended (on its reader's thread, just after the last byte).
         try await Eventually.wait("a request admitted again") { (try? await gateway.request("GET", "/api/item"))?.status == 200 }
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
     @Test("an endpoint whose responses break off mid-body is ejected like one that refuses connections",
-          arguments: UpstreamConfig.Transport.allCases)
-    func midBodyResetCounts(transport: UpstreamConfig.Transport) async throws {
-        let trio = try await EndpointTrio.start()
+          arguments: ProxyLeg.plain)
+    func midBodyResetCounts(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         trio.upstreams[1].route("/api/item") { _ in
             let (pieces, producer) = AsyncStream<[UInt8]>.makeStream()
             producer.yield(Array("partial".utf8))
@@ -252,29 +265,30 @@ struct ResilienceTests {
             // would be read whole before the head: a failure of the exchange itself.)
             return .streamed(pieces, end: .close)
         }
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) { $0.outlierDetection.maxEjection = 1 })
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) { $0.outlierDetection.maxEjection = 1 })
         for _ in 0..<60 {
             _ = try? await gateway.request("GET", "/api/item")
         }
         // Three breaks in a row (consecutive_failures: 3), then ejected for the rest.
         // Known defect (as in statusClassification): urlsession may let one more through in full-suite runs.
-        let extra = transport == .urlsession ? 1 : 0
+        let extra = leg.transport == .urlsession ? 1 : 0
         let broken = trio.upstreams[1].hits("/api/item")
         #expect((3...3 + extra).contains(broken), "hits on the breaking endpoint: \(broken)")
         #expect(trio.upstreams[0].hits("/api/item") + trio.upstreams[2].hits("/api/item") == 60 - broken)
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
     @Test("an endpoint that accepts connections and never answers is marked unhealthy by its check and gets no traffic",
-          arguments: UpstreamConfig.Transport.allCases)
-    func hangingEndpointUnhealthy(transport: UpstreamConfig.Transport) async throws {
-        let trio = try await EndpointTrio.start()
+          arguments: ProxyLeg.plain)
+    func hangingEndpointUnhealthy(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         trio.upstreams[2].route("/api/item", .never)
         trio.upstreams[2].route("/healthz", .never)
         let clock = ManualClock()
         let log = AccessLogCapture()
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) {
             var check = HealthCheckConfig(path: "/healthz")
             check.interval = .seconds(2)
             check.timeout = .seconds(1)
@@ -304,15 +318,17 @@ struct ResilienceTests {
         #expect(trio.upstreams[2].hits("/api/item") == 0)
         // Health checks are no requests: one access-log line per client request only.
         #expect(log.records.count == 30)
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
-    @Test("GET /upstreams on the admin listener: each endpoint's address, state, ejection until when and why, last failure")
-    func adminUpstreams() async throws {
-        let trio = try await EndpointTrio.start()
+    @Test("GET /upstreams on the admin listener: each endpoint's address, state, ejection until when and why, last failure",
+          arguments: ProxyLeg.plain.filter { $0.transport == .nio })
+    func adminUpstreams(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: .nio) {
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) {
             var breaker = CircuitBreakerConfig()
             breaker.maxRequests = 50
             $0.circuitBreaker = breaker
@@ -329,6 +345,7 @@ struct ResilienceTests {
         let upstreams = try #require(json["upstreams"] as? [[String: Any]])
         let app = try #require(upstreams.first { $0["name"] as? String == "app" })
         #expect(app["all_down"] as? Bool == false)
+        #expect(app["protocol"] as? String == leg.httpProtocol.rawValue)
         #expect((app["circuit_breaker"] as? [String: Any])?["max_requests"] as? Int == 50)
         let endpoints = try #require(app["endpoints"] as? [[String: Any]])
         #expect(endpoints.compactMap { $0["address"] as? String } == trio.upstreams.map { "\($0.host):\($0.port)" })
@@ -341,16 +358,17 @@ struct ResilienceTests {
         #expect(endpoints[0]["in_flight"] as? Int == 0)
         #expect(endpoints[0]["last_failure"] == nil)
         await admin.stop()
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }
 
     @Test("a reload under load loses no request and keeps ejection state; an unchanged upstream keeps its very client",
-          arguments: UpstreamConfig.Transport.allCases)
-    func reloadKeepsState(transport: UpstreamConfig.Transport) async throws {
-        let trio = try await EndpointTrio.start()
+          arguments: ProxyLeg.plain)
+    func reloadKeepsState(leg: ProxyLeg) async throws {
+        let trio = try await EndpointTrio.start(speaking: leg.speaks)
         trio.upstreams[1].route("/api/item", .text("busy\n", status: 503))
-        let gateway = try TestGateway(resilienceConfig(trio.urls, transport: transport) {
+        let gateway = try TestGateway(resilienceConfig(trio.urls, leg) {
             $0.outlierDetection.maxEjection = 1
             $0.outlierDetection.baseEjection = .seconds(600)
         })
@@ -390,6 +408,7 @@ struct ResilienceTests {
         #expect(zip(after.endpoints, before.endpoints).allSatisfy { $0 === $1 })
         #expect(UpstreamReport(gateway.server.gateway.current).upstreams[0].endpoints.map(\.state) == ["up", "ejected", "up"])
         #expect(trio.upstreams[1].hits("/api/item") == 3)
+        for upstream in trio.upstreams { leg.expectArrivals(upstream) }
         await gateway.stop()
         await trio.stop()
     }

@@ -98,8 +98,7 @@ enum StreamingScenarios {
 
     /// A generated download of `bigTransfer` bytes arrives whole (SHA-256 and framing), with the
     /// proxy's peak RSS growing by less than `memoryBound`.
-    static func download(_ path: Path, framing: String) async throws {
-        let size = bigTransfer
+    static func download(_ path: Path, framing: String, size: Int = bigTransfer) async throws {
         let expected = try await StreamLab.digest(size)
         let baseline = try path.peakMemory()
         let result = try await StreamLab.download(path.url("/download?bytes=\(size)&framing=\(framing)"))
@@ -112,8 +111,7 @@ enum StreamingScenarios {
 
     /// An upload of `bigTransfer` pattern bytes reaches the sink whole (its SHA-256 computed on
     /// both sides), with the proxy's peak RSS growing by less than `memoryBound`.
-    static func upload(_ path: Path, chunked: Bool) async throws {
-        let size = bigTransfer
+    static func upload(_ path: Path, chunked: Bool, size: Int = bigTransfer) async throws {
         let id = transferID("upload")
         let expected = try await StreamLab.digest(size)
         let baseline = try path.peakMemory()

@@ -4,24 +4,33 @@ import Portico
 import PorticoTesting
 import Testing
 
+/// The upstream tests run on HTTP/1.1 and on HTTP/2 (ALPN `h2`; the upstream offers nothing
+/// else), except those of token endpoints (fetched on HTTP/1.1: they have no `protocol`),
+/// of urlsession (no HTTP/2) and of the listener (inbound is HTTP/1.1).
 @Suite("TLS: HTTPS upstreams, token endpoints and the listener")
 struct TLSTests {
+    /// The protocols the upstream tests run on.
+    static let protocols: [UpstreamProtocol] = [.http1, .http2]
+
     static func upstream(_ pair: KeyPath<TestCertificates, TestCertificates.Pair>,
-                         requireClientCertificate: Bool = false) async throws -> TestUpstream {
+                         requireClientCertificate: Bool = false, speaking: UpstreamProtocol = .http1) async throws -> TestUpstream {
         let certificates = try await TestCertificates.shared()
         let upstream = TestUpstream(tls: try certificates.serverTLS(certificates[keyPath: pair],
-                                                                     requireClientCertificate: requireClientCertificate))
+                                                                     requireClientCertificate: requireClientCertificate),
+                                    speaking: speaking == .http1 ? .http1 : .http2)
         try await upstream.start()
         return upstream
     }
 
-    /// A gateway proxying `/api` to `url` over `transport` with `tls`.
+    /// A gateway proxying `/api` to `url` over `transport` with `tls`, on `httpProtocol`.
     static func gateway(_ url: URL, transport: UpstreamConfig.Transport = .nio, tls: TLSClientConfig,
+                        httpProtocol: UpstreamProtocol = .http1,
                         logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         throws -> TestGateway {
         var config = PorticoConfig()
         var settings = UpstreamConfig(name: "billing", url: url)
         settings.transport = transport
+        settings.httpProtocol = httpProtocol
         settings.tls = tls
         // Debug-built BoringSSL handshakes slowly on a loaded machine: deadlines far above that.
         settings.connectTimeout = .seconds(30)
@@ -40,15 +49,27 @@ struct TLSTests {
         try JSONDecoder().decode(ErrorBody.self, from: Data(response.body)).error
     }
 
-    @Test("an https upstream signed by ca_file's CA answers, with host name and chain checked")
-    func customCA() async throws {
-        let upstream = try await Self.upstream(\.server)
-        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA())
+    /// Every request `upstream` received came on `httpProtocol`.
+    static func expectArrivals(_ upstream: TestUpstream, on httpProtocol: UpstreamProtocol,
+                               sourceLocation: SourceLocation = #_sourceLocation) {
+        let expected = httpProtocol == .http1 ? "HTTP/1.1" : "HTTP/2.0"
+        let versions = Set(upstream.arrivals.map(\.version))
+        #expect(versions.isSubset(of: [expected]), "requests arrived on \(versions.sorted()), not \(expected)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test("an https upstream signed by ca_file's CA answers, with host name and chain checked", arguments: protocols)
+    func customCA(httpProtocol: UpstreamProtocol) async throws {
+        let upstream = try await Self.upstream(\.server, speaking: httpProtocol)
+        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA(),
+                                       httpProtocol: httpProtocol)
         let response = try await gateway.request("GET", "/api/hello?x=1")
         #expect(response.status == 200)
         let echo = try TestUpstream.Echo.decode(response.body)
         #expect(echo.target == "/hello?x=1")
         #expect(echo.values("host") == ["127.0.0.1:\(upstream.port)"])
+        Self.expectArrivals(upstream, on: httpProtocol)
+        #expect(upstream.arrivals.count == 1)
         await gateway.stop()
         await upstream.shutdown()
     }
@@ -65,11 +86,12 @@ struct TLSTests {
             BadServer(name: "wrong CA", certificate: \.wrongCA, reason: "certificate verify failed"),
             BadServer(name: "expired", certificate: \.expired, reason: "certificate verify failed"),
             BadServer(name: "wrong host name", certificate: \.otherHost, reason: "hostname mismatch"),
-          ])
-    func verificationFailures(server: BadServer) async throws {
-        let upstream = try await Self.upstream(server.certificate)
+          ], protocols)
+    func verificationFailures(server: BadServer, httpProtocol: UpstreamProtocol) async throws {
+        let upstream = try await Self.upstream(server.certificate, speaking: httpProtocol)
         let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
-        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA(), logger: log.logger)
+        let gateway = try Self.gateway(upstream.baseURL, tls: try await TestCertificates.shared().trustingCA(),
+                                       httpProtocol: httpProtocol, logger: log.logger)
         let response = try await gateway.request("GET", "/api/secret")
         #expect(response.status == 502)
         #expect(try Self.errorCode(response) == "upstream_tls_error")
@@ -82,6 +104,7 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
+    // HTTP/1.1 only: urlsession speaks nothing else (`check` refuses protocol: http2 on it).
     @Test("urlsession verifies against the system store: a test CA's certificate is a 502 upstream_tls_error")
     func urlsessionVerifies() async throws {
         let upstream = try await Self.upstream(\.server)
@@ -98,34 +121,37 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
-    @Test("server_name is the name the certificate is checked against; Host stays the configured authority")
-    func serverName() async throws {
-        let upstream = try await Self.upstream(\.otherHost)
+    @Test("server_name is the name the certificate is checked against; Host stays the configured authority",
+          arguments: protocols)
+    func serverName(httpProtocol: UpstreamProtocol) async throws {
+        let upstream = try await Self.upstream(\.otherHost, speaking: httpProtocol)
         var tls = try await TestCertificates.shared().trustingCA()
         tls.serverName = "upstream.internal"
-        let gateway = try Self.gateway(upstream.baseURL, tls: tls)
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         let response = try await gateway.request("GET", "/api/named")
         #expect(response.status == 200)
         #expect(try TestUpstream.Echo.decode(response.body).values("host") == ["127.0.0.1:\(upstream.port)"])
         // Kept alive: the verified connection carries the next requests too. Each new client
         // connection goes to the next of the gateway's two threads in turn, each with its own
         // pool: one upstream connection per pair, reused after that (none expires meanwhile:
-        // `idleTimeout` in `gateway`).
+        // `idleTimeout` in `gateway`). On HTTP/2 too: each thread's pool keeps one connection.
         for _ in 0..<3 { #expect(try await gateway.request("GET", "/api/again").status == 200) }
         #expect(upstream.connections.accepted == 2, "one upstream connection per pair, each reused")
         #expect(upstream.totalHits == 4)
+        Self.expectArrivals(upstream, on: httpProtocol)
         await gateway.stop()
         await upstream.shutdown()
     }
 
-    @Test("server_name is verified strictly: an IP-address name equal to the connected address does not stand in for it")
-    func serverNameNotInCertificate() async throws {
+    @Test("server_name is verified strictly: an IP-address name equal to the connected address does not stand in for it",
+          arguments: protocols)
+    func serverNameNotInCertificate(httpProtocol: UpstreamProtocol) async throws {
         // `server` names DNS:localhost and IP:127.0.0.1 — the address Portico connects to, but not the name.
-        let upstream = try await Self.upstream(\.server)
+        let upstream = try await Self.upstream(\.server, speaking: httpProtocol)
         let log = LogCapture(message: "upstream TLS failure", minimumLevel: .error)
         var tls = try await TestCertificates.shared().trustingCA()
         tls.serverName = "alt.example.test"
-        let gateway = try Self.gateway(upstream.baseURL, tls: tls, logger: log.logger)
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol, logger: log.logger)
         let response = try await gateway.request("GET", "/api/secret")
         #expect(response.status == 502)
         #expect(try Self.errorCode(response) == "upstream_tls_error")
@@ -138,32 +164,37 @@ struct TLSTests {
 
         // The certificate's DNS name as server_name is accepted.
         tls.serverName = "localhost"
-        let named = try Self.gateway(upstream.baseURL, tls: tls)
+        let named = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         #expect(try await named.request("GET", "/api/secret").status == 200)
+        Self.expectArrivals(upstream, on: httpProtocol)
         await named.stop()
         await upstream.shutdown()
     }
 
     @Test("a wildcard certificate names exactly one label in its place", arguments: [
         ("api.example.test", 200), ("API.EXAMPLE.TEST", 200), ("a.b.example.test", 502), ("example.test", 502),
-    ])
-    func wildcardServerName(serverName: String, status: Int) async throws {
-        let upstream = try await Self.upstream(\.wildcard)
+    ], protocols)
+    func wildcardServerName(_ expected: (serverName: String, status: Int), httpProtocol: UpstreamProtocol) async throws {
+        let (serverName, status) = expected
+        let upstream = try await Self.upstream(\.wildcard, speaking: httpProtocol)
         var tls = try await TestCertificates.shared().trustingCA()
         tls.serverName = serverName
-        let gateway = try Self.gateway(upstream.baseURL, tls: tls)
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         let response = try await gateway.request("GET", "/api/w")
         #expect(response.status == status, "\(response.bodyText)")
         if status == 502 { #expect(response.bodyText.contains("hostname mismatch"), "\(response.bodyText)") }
+        #expect(upstream.totalHits == (status == 200 ? 1 : 0))
+        Self.expectArrivals(upstream, on: httpProtocol)
         await gateway.stop()
         await upstream.shutdown()
     }
 
-    @Test("an upstream requiring a client certificate refuses Portico without one and accepts it with one")
-    func mutualTLS() async throws {
-        let upstream = try await Self.upstream(\.server, requireClientCertificate: true)
+    @Test("an upstream requiring a client certificate refuses Portico without one and accepts it with one",
+          arguments: protocols)
+    func mutualTLS(httpProtocol: UpstreamProtocol) async throws {
+        let upstream = try await Self.upstream(\.server, requireClientCertificate: true, speaking: httpProtocol)
         let certificates = try await TestCertificates.shared()
-        let without = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA())
+        let without = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA(), httpProtocol: httpProtocol)
         let refused = try await without.request("GET", "/api/mtls")
         #expect(refused.status == 502)
         #expect(try Self.errorCode(refused) == "upstream_tls_error", "\(refused.bodyText)")
@@ -173,27 +204,29 @@ struct TLSTests {
 
         var tls = try certificates.trustingCA()
         tls.clientIdentity = try certificates.clientIdentity()
-        let with = try Self.gateway(upstream.baseURL, tls: tls)
+        let with = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         let accepted = try await with.request("GET", "/api/mtls")
         #expect(accepted.status == 200)
+        Self.expectArrivals(upstream, on: httpProtocol)
         await with.stop()
         await upstream.shutdown()
     }
 
-    @Test("min_version 1.3 refuses a server that stops at TLS 1.2")
-    func minimumVersion() async throws {
+    @Test("min_version 1.3 refuses a server that stops at TLS 1.2", arguments: protocols)
+    func minimumVersion(httpProtocol: UpstreamProtocol) async throws {
         let certificates = try await TestCertificates.shared()
         var serverTLS = try certificates.serverTLS(certificates.server)
         serverTLS.maximumTLSVersion = .tlsv12
-        let upstream = TestUpstream(tls: serverTLS)
+        let upstream = TestUpstream(tls: serverTLS, speaking: httpProtocol == .http1 ? .http1 : .http2)
         try await upstream.start()
         var tls = try certificates.trustingCA()
-        let accepted = try Self.gateway(upstream.baseURL, tls: tls)
+        let accepted = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         #expect(try await accepted.request("GET", "/api/v").status == 200)
+        Self.expectArrivals(upstream, on: httpProtocol)
         await accepted.stop()
 
         tls.minimumVersion = .tls13
-        let strict = try Self.gateway(upstream.baseURL, tls: tls)
+        let strict = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         let refused = try await strict.request("GET", "/api/v")
         #expect(refused.status == 502)
         #expect(try Self.errorCode(refused) == "upstream_tls_error")
@@ -202,15 +235,15 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
-    @Test("without min_version the floor is TLS 1.2: a TLS 1.1 server is refused")
-    func defaultFloor() async throws {
+    @Test("without min_version the floor is TLS 1.2: a TLS 1.1 server is refused", arguments: protocols)
+    func defaultFloor(httpProtocol: UpstreamProtocol) async throws {
         let certificates = try await TestCertificates.shared()
         var serverTLS = try certificates.serverTLS(certificates.server)
         serverTLS.minimumTLSVersion = .tlsv1
         serverTLS.maximumTLSVersion = .tlsv11
-        let upstream = TestUpstream(tls: serverTLS)
+        let upstream = TestUpstream(tls: serverTLS, speaking: httpProtocol == .http1 ? .http1 : .http2)
         try await upstream.start()
-        let gateway = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA())
+        let gateway = try Self.gateway(upstream.baseURL, tls: try certificates.trustingCA(), httpProtocol: httpProtocol)
         let refused = try await gateway.request("GET", "/api/old")
         #expect(refused.status == 502)
         #expect(try Self.errorCode(refused) == "upstream_tls_error")
@@ -219,13 +252,14 @@ struct TLSTests {
         await upstream.shutdown()
     }
 
-    @Test("insecure_skip_verify accepts an untrusted certificate (and only when set)")
-    func insecureSkipVerify() async throws {
-        let upstream = try await Self.upstream(\.wrongCA)
+    @Test("insecure_skip_verify accepts an untrusted certificate (and only when set)", arguments: protocols)
+    func insecureSkipVerify(httpProtocol: UpstreamProtocol) async throws {
+        let upstream = try await Self.upstream(\.wrongCA, speaking: httpProtocol)
         var tls = TLSClientConfig()
         tls.insecureSkipVerify = true
-        let gateway = try Self.gateway(upstream.baseURL, tls: tls)
+        let gateway = try Self.gateway(upstream.baseURL, tls: tls, httpProtocol: httpProtocol)
         #expect(try await gateway.request("GET", "/api/any").status == 200)
+        Self.expectArrivals(upstream, on: httpProtocol)
         await gateway.stop()
         await upstream.shutdown()
     }
@@ -246,6 +280,7 @@ struct TLSTests {
         return try TestGateway(config)
     }
 
+    // HTTP/1.1 only: token endpoints have no `protocol` setting (fetched on HTTP/1.1).
     @Test("a token endpoint over TLS with a custom CA issues the token the upstream receives")
     func tokenEndpointOverTLS() async throws {
         let idp = try await Self.upstream(\.server)
@@ -288,6 +323,7 @@ struct TLSTests {
         await idp.shutdown()
     }
 
+    // HTTP/1.1 only, as tokenEndpointOverTLS.
     @Test("a token endpoint's server_name is verified strictly too: only a DNS name of the certificate counts")
     func tokenEndpointServerName() async throws {
         let token: TestUpstream.Handler = { _ in
@@ -324,6 +360,7 @@ struct TLSTests {
         await named.shutdown()
     }
 
+    // HTTP/1.1 only: this is the inbound listener (libmicrohttpd serves HTTP/1.1), not an upstream.
     @Test("listen.tls serves HTTPS that curl verifies with the CA, and refuses plain HTTP")
     func listenerTLS() async throws {
         let certificates = try await TestCertificates.shared()

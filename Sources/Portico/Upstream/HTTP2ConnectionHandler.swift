@@ -37,6 +37,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private var pingDeadline: Scheduled<Void>?
     /// A frame arrived since the last keepalive tick.
     private var heardFromPeer = true
+    /// NIOHTTP2's handler is in front of this one: reads are frames from then on.
+    private var started = false
 
     init(ready: EventLoopPromise<Int?>, configuration: HTTP2Config, events: HTTP2Connection.Events,
          multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>, isTLS: Bool) {
@@ -103,6 +105,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // Before HTTP/2 starts, a read is the TLS connection's bytes: an h2 server sends its
+        // SETTINGS right after the handshake, and they come here when a certificate check (pins,
+        // server_name) refused the peer and withheld the handshake event. Unwrapped as a frame,
+        // they trapped the process; the connection is closing: dropped.
+        guard started else { return }
         heardFromPeer = true
         pingDeadline?.cancel()
         pingDeadline = nil
@@ -142,6 +149,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
                 pushed.close()
             }
             try context.pipeline.syncOperations.addHandler(handler, position: .before(self))
+            started = true
             multiplexer.value = try handler.syncMultiplexer()
         } catch {
             fail(error)
