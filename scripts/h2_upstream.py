@@ -23,8 +23,8 @@ Paths:
   /slow?bytes=N&ms=M     200, N bytes of a fixed pattern (byte i = (i * 7 + 3) % 256) in 16 KiB
                          chunks every M ms, within the flow-control windows
   /trailers              200, a chunked body "hello\\n" then trailers (x-checksum, x-status)
-  /stall                 reads the request body without opening the stream's window (the
-                         connection's window is opened, so other streams flow) and never answers
+  /stall                 reads the request body without opening the stream's window (16 KiB;
+                         the connection's window is opened, so other streams flow) and never answers
   /attack/KIND           a hostile answer, KIND one of: huge-headers, many-headers,
                          continuation-flood, settings-flood, ping-flood, rst-flood,
                          empty-data-flood, max-frame-size, malformed-frame;
@@ -101,6 +101,9 @@ class Connection:
         self.number = number
         config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
         self.h2 = h2.connection.H2Connection(config=config)
+        # A 16 KiB stream window (a stalled upload fills it at once; the honest paths open it as they read).
+        self.h2.local_settings = h2.settings.Settings(
+            client=False, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16384})
         self.raw = b""            # bytes not yet split into frames (after the preface)
         self.preface_seen = False
         self.goaway_code = None
@@ -288,8 +291,6 @@ class Connection:
             ending = "timeout"
         except OSError:
             ending = "closed"
-        if ending == "cap":
-            ending = "cap"
         record(event="attack", conn=self.number, kind=kind, frames=sent_frames, bytes=sent_bytes,
                ending=ending, goaway=self.goaway_code)
 
@@ -348,11 +349,12 @@ def flood(kind, stream):
             counter += 1
             yield frame(PING, 0, 0, counter.to_bytes(8, "big"))
     elif kind == "rst-flood":
-        yield frame(RST_STREAM, 0, stream, (0x8).to_bytes(4, "big"))
+        # The request's stream reset (INTERNAL_ERROR), then resets of it without end.
         while True:
-            yield frame(RST_STREAM, 0, stream, (0x8).to_bytes(4, "big"))
+            yield frame(RST_STREAM, 0, stream, (0x2).to_bytes(4, "big"))
     elif kind == "empty-data-flood":
-        yield frame(HEADERS, END_HEADERS, stream, STATUS_200)
+        # A declared length: the gateway waits for the body before it answers (then 502, not a cut body).
+        yield frame(HEADERS, END_HEADERS, stream, STATUS_200 + literal(b"content-length", b"100"))
         while True:
             yield frame(DATA, 0, stream, b"")
     elif kind == "max-frame-size":

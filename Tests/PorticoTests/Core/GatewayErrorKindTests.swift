@@ -72,7 +72,7 @@ struct GatewayErrorKindTests {
         await #expect(throws: GatewayError.self) {
             try await endpoint.respond(to: RetryFixture.request(), context: RetryFixture.context(clock: ManualClock()))
         }
-        let series = [("upstream", "orders"), ("kind", "upstream_connection_closed")]
+        let series = [("upstream", "orders"), ("protocol", "http1"), ("kind", "upstream_connection_closed")]
         #expect(metrics.value("portico_upstream_errors_total", series) == 1)
     }
 
