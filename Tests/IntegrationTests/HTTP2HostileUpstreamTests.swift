@@ -1,4 +1,5 @@
 import Foundation
+import Portico
 import PorticoTesting
 import Testing
 
@@ -180,5 +181,199 @@ struct HTTP2HostileUpstreamTests {
         let requests = HTTP2Lab.events(of: hostile).filter { $0.event == "request" }
         #expect(Set(requests.compactMap(\.conn)).count == 1, "one connection throughout: \(requests)")
         #expect(!HTTP2Lab.events(of: hostile).contains { $0.event == "goaway" })
+    }
+
+    @Test("response trailers are dropped: the body arrives whole and chunked, no trailer field becomes a header, the connection carries on")
+    func trailers() async throws {
+        let hostile = try await HTTP2Lab.upstream()
+        defer { hostile.stop() }
+        let good = try await HTTP2Lab.upstream()
+        defer { good.stop() }
+        let portico = try await Self.portico(hostile: hostile, good: good, threads: 1)
+        defer { portico.stop() }
+        let connection = try RawHTTPConnection(port: portico.port, timeout: .seconds(60))
+        for _ in 0..<2 {
+            try await connection.send("GET /trailers HTTP/1.1\r\nHost: gateway.test\r\n\r\n")
+            let response = try #require(try await connection.readResponse())
+            #expect(response.status == 200)
+            #expect(response.bodyText == "hello\n")
+            #expect(response.header("transfer-encoding")?.lowercased() == "chunked", "\(response.headers)")
+            #expect(response.header("x-checksum") == nil && response.header("x-status") == nil, "\(response.headers)")
+            #expect(response.header("trailer") == nil)
+        }
+        // Both on one upstream connection: a stream that ended with trailers leaves it whole.
+        let requests = HTTP2Lab.events(of: hostile).filter { $0.event == "request" }
+        #expect(requests.count == 2 && Set(requests.compactMap(\.conn)).count == 1, "\(requests)")
+    }
+
+    /// The reload test's gateway: one upstream, HTTP/2 to the test server.
+    static func reloadConfig(_ server: ExternalServer, timeout: Duration) -> PorticoConfig {
+        var config = PorticoConfig()
+        config.listen.requestTimeout = .seconds(300)
+        config.listen.headerTimeout = .seconds(300)
+        var upstream = UpstreamConfig(name: "up", url: URL(string: "http://127.0.0.1:\(server.port)")!)
+        upstream.transport = .nio
+        upstream.httpProtocol = .http2
+        upstream.connectTimeout = .seconds(30)
+        upstream.timeout = timeout
+        config.upstreams = ["up": upstream]
+        var route = RouteConfig(name: "all", match: .init(pathPrefix: "/"), upstream: "up", timeout: .seconds(200))
+        // Only the manual clock's moves end a stream's silence: it must not be the idle timeout.
+        route.streamIdleTimeout = .seconds(86_400)
+        config.routes = [route]
+        return config
+    }
+
+    @Test("a reload retires the old HTTP/2 connections with GOAWAY: a stream in flight finishes byte-exact, no new stream goes there, then it closes",
+          .timeLimit(.minutes(5)))
+    func reloadSendsGoAway() async throws {
+        let server = try await HTTP2Lab.upstream()
+        defer { server.stop() }
+        let config = Self.reloadConfig(server, timeout: .seconds(299))
+        // The old runtime retires `request_timeout` + 1 s after the reload on the gateway's clock:
+        // the test's, so the retirement comes while the stream flows, however slow the machine.
+        let clock = ManualClock()
+        let gateway = try TestGateway(config, clock: clock)
+        // 2 MiB in 16 KiB chunks every 20 ms: about 2.6 s on the wire.
+        let size = 2 << 20
+        let client = try StreamingClient(port: gateway.port, timeout: .seconds(120))
+        defer { client.close() }
+        try await client.get("/slow?bytes=\(size)&ms=20")
+        let head = try await client.readHead()
+        try #require(head.status == 200, "\(head.status): \(head.bodyText)")
+        var body = try await client.readBody(count: 64 << 10)
+        let first = try #require(HTTP2Lab.events(of: server).first { $0.event == "request" && $0.path?.hasPrefix("/slow") == true })
+        let old = try #require(first.conn)
+
+        var changed = config
+        changed.upstreams["up"]?.timeout = .seconds(298)
+        try gateway.server.reload(changed)
+        let linger = config.listen.requestTimeout + .seconds(1)
+        try await Eventually.wait(timeout: .seconds(120), "the old runtime retired") {
+            clock.advance(by: linger)
+            return gateway.server.runtimesRetired == 1
+        }
+        // The new runtime's requests go on a new connection meanwhile.
+        for _ in 0..<3 {
+            #expect(try await gateway.request("GET", "/ok").bodyText == "ok\n")
+        }
+        let goAway = try #require(await HTTP2Lab.waitForEvent(of: server) { $0.event == "goaway" && $0.conn == old },
+                                  "GOAWAY on the old connection; events: \(HTTP2Lab.events(of: server))")
+        #expect(goAway.code == 0, "NO_ERROR: \(goAway)")
+        body += try await client.readBody(count: size)
+        #expect(try await client.readBodyToEnd() == .complete)
+        let whole = body == HTTP2Lab.pattern(size)
+        #expect(whole, "\(body.count) bytes of \(size), byte-exact: \(whole)")
+
+        let events = HTTP2Lab.events(of: server)
+        let order = events.map(\.description)
+        let goAwayAt = events.firstIndex { $0.event == "goaway" && $0.conn == old }
+        let doneAt = events.firstIndex { $0.event == "stream_done" && $0.conn == old }
+        #expect(goAwayAt != nil && doneAt != nil && goAwayAt! < doneAt!, "GOAWAY while the stream flowed: \(order)")
+        #expect(!events.contains { $0.event == "request" && $0.afterGoaway == true }, "no stream after GOAWAY: \(order)")
+        #expect(events.filter { $0.event == "request" && $0.conn == old }.count == 1, "\(order)")
+        #expect(events.contains { $0.event == "request" && $0.path == "/ok" && $0.conn != old }, "\(order)")
+        // Closed once its stream ended.
+        _ = try #require(await HTTP2Lab.waitForEvent(of: server) { $0.event == "closed" && $0.conn == old }, "\(order)")
+        await gateway.stop()
+    }
+
+    @Test("SIGTERM drains: a stream in flight finishes byte-exact, then the HTTP/2 connection is closed with GOAWAY", .timeLimit(.minutes(5)))
+    func drainSendsGoAway() async throws {
+        let server = try await HTTP2Lab.upstream()
+        defer { server.stop() }
+        let portico = try await ProxyProcess.portico(yaml: """
+            listen: { address: 127.0.0.1, port: 0, threads: 1, shutdown_grace: 60s }
+            admin: { address: 127.0.0.1, port: 0 }
+            logging: { level: info, format: logfmt }
+            upstreams:
+              up: { url: "http://127.0.0.1:\(server.port)", transport: nio, protocol: http2, timeout: 60s, connect_timeout: 30s }
+            routes:
+              - { name: all, match: { path_prefix: / }, upstream: up }
+            """)
+        defer { portico.stop() }
+        let size = 2 << 20
+        let client = try StreamingClient(port: portico.port, timeout: .seconds(120))
+        defer { client.close() }
+        try await client.get("/slow?bytes=\(size)&ms=20")
+        let head = try await client.readHead()
+        try #require(head.status == 200, "\(head.status): \(head.bodyText)")
+        var body = try await client.readBody(count: 64 << 10)
+        #expect(kill(portico.pid, SIGTERM) == 0)
+        body += try await client.readBody(count: size)
+        #expect(try await client.readBodyToEnd() == .complete)
+        let whole = body == HTTP2Lab.pattern(size)
+        #expect(whole, "\(body.count) bytes of \(size), byte-exact: \(whole)")
+        let goAway = try #require(await HTTP2Lab.waitForEvent(of: server) { $0.event == "goaway" },
+                                  "GOAWAY at the drain; events: \(HTTP2Lab.events(of: server))")
+        #expect(goAway.code == 0, "NO_ERROR: \(goAway)")
+        let events = HTTP2Lab.events(of: server)
+        #expect(events.contains { $0.event == "stream_done" && $0.conn == goAway.conn && $0.bytes == size }, "\(events)")
+        #expect(!events.contains { $0.event == "request" && $0.afterGoaway == true }, "\(events)")
+        try await Eventually.wait(timeout: .seconds(60), "Portico exits after the drain") { !portico.isRunning }
+    }
+
+    /// `/metrics`' lines for `name` (with their labels).
+    static func metricLines(_ portico: ProxyProcess, _ name: String) async throws -> [String] {
+        let connection = try RawHTTPConnection(port: try #require(portico.adminPort), timeout: .seconds(10))
+        try await connection.send("GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        let response = try #require(try await connection.readResponse())
+        return response.bodyText.split(separator: "\n").map(String.init).filter { $0.hasPrefix(name + "{") || $0.hasPrefix(name + " ") }
+    }
+
+    static func value(_ lines: [String], _ labels: [String]) -> Double? {
+        lines.first { line in labels.allSatisfy { line.contains($0) } }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+    }
+
+    @Test("metrics: request metrics carry protocol=http1|http2; HTTP/2 connections and streams per upstream, a balanced one's endpoints summed",
+          .timeLimit(.minutes(5)))
+    func protocolMetrics() async throws {
+        let one = try await HTTP2Lab.upstream()
+        defer { one.stop() }
+        let two = try await HTTP2Lab.upstream()
+        defer { two.stop() }
+        let http1 = TestUpstream { _ in .text("one\n") }
+        try await http1.start()
+        let portico = try await ProxyProcess.portico(yaml: """
+            listen: { address: 127.0.0.1, port: 0, threads: 1 }
+            admin: { address: 127.0.0.1, port: 0 }
+            logging: { level: info, format: logfmt }
+            upstreams:
+              single: { url: "http://127.0.0.1:\(one.port)", transport: nio, protocol: http2, timeout: 60s }
+              pair: { endpoints: ["http://127.0.0.1:\(one.port)", "http://127.0.0.1:\(two.port)"], transport: nio, protocol: http2, timeout: 60s }
+              plain: { url: "http://127.0.0.1:\(http1.port)", transport: nio, timeout: 60s }
+            routes:
+              - { name: single, match: { path_prefix: /single }, upstream: single, strip_prefix: true }
+              - { name: pair, match: { path_prefix: /pair }, upstream: pair, strip_prefix: true }
+              - { name: plain, match: { path_prefix: /plain }, upstream: plain, strip_prefix: true }
+            """)
+        defer { portico.stop() }
+        #expect(try await Self.request(portico, "/single/ok").status == 200)
+        #expect(try await Self.request(portico, "/plain/x").status == 200)
+        // Round robin over the pair: both endpoints get a connection.
+        for _ in 0..<4 { #expect(try await Self.request(portico, "/pair/ok").status == 200) }
+        #expect(try await Self.request(portico, "/single/nope").status == 404)
+
+        let durations = try await Self.metricLines(portico, "portico_upstream_request_duration_seconds_count")
+        #expect(Self.value(durations, [#"upstream="single""#, #"protocol="http2""#]) == 2, "\(durations)")
+        #expect(Self.value(durations, [#"upstream="pair""#, #"protocol="http2""#]) == 4, "\(durations)")
+        #expect(Self.value(durations, [#"upstream="plain""#, #"protocol="http1""#]) == 1, "\(durations)")
+        #expect(!durations.contains { $0.contains(#"upstream="plain""#) && $0.contains(#"protocol="http2""#) }, "\(durations)")
+
+        let connections = try await Self.metricLines(portico, "portico_upstream_http2_connections")
+        #expect(Self.value(connections, [#"upstream="single""#]) == 1, "\(connections)")
+        #expect(Self.value(connections, [#"upstream="pair""#]) == 2, "one per endpoint: \(connections)")
+
+        // Streams open now: two slow responses in flight on the pair, one on the single upstream.
+        let clients = try (0..<3).map { _ in try StreamingClient(port: portico.port, timeout: .seconds(120)) }
+        defer { clients.forEach { $0.close() } }
+        for (client, target) in zip(clients, ["/pair/slow?bytes=4194304&ms=50", "/pair/slow?bytes=4194304&ms=50", "/single/slow?bytes=4194304&ms=50"]) {
+            try await client.get(target)
+            #expect(try await client.readHead().status == 200)
+        }
+        let streams = try await Self.metricLines(portico, "portico_upstream_http2_streams")
+        #expect(Self.value(streams, [#"upstream="pair""#]) == 2, "\(streams)")
+        #expect(Self.value(streams, [#"upstream="single""#]) == 1, "\(streams)")
+        await http1.shutdown()
     }
 }
