@@ -18,8 +18,8 @@ struct HTTP2HostileUpstreamTests {
     /// One hostile answer and what it must come to.
     struct Attack: Sendable, CustomTestStringConvertible {
         var kind: String
-        /// The caller's JSON error.
-        var error: String
+        /// The caller's JSON error (either of two where the limit and the reset race in one read).
+        var error: Set<String>
         /// RFC 9113 error codes the GOAWAY may carry.
         var goAway: Set<Int>
         var testDescription: String { kind }
@@ -29,21 +29,22 @@ struct HTTP2HostileUpstreamTests {
 
     static let attacks: [Attack] = [
         // A 1 MiB header block: past SETTINGS_MAX_HEADER_LIST_SIZE (64 KiB) at its fifth frame.
-        Attack(kind: "huge-headers", error: "upstream_protocol_error", goAway: [protocolError]),
+        Attack(kind: "huge-headers", error: ["upstream_protocol_error"], goAway: [protocolError]),
         // 6000 tiny fields: a 30 KB block, but a 200 KB list as RFC 9113 counts it (HPACK's decoder refuses it).
-        Attack(kind: "many-headers", error: "upstream_protocol_error", goAway: [internalError, compressionError, protocolError]),
+        Attack(kind: "many-headers", error: ["upstream_protocol_error"], goAway: [internalError, compressionError, protocolError]),
         // HEADERS without END_HEADERS, then CONTINUATION frames without end.
-        Attack(kind: "continuation-flood", error: "upstream_protocol_error", goAway: [enhanceYourCalm]),
-        Attack(kind: "settings-flood", error: "upstream_protocol_error", goAway: [enhanceYourCalm]),
-        Attack(kind: "ping-flood", error: "upstream_protocol_error", goAway: [enhanceYourCalm]),
-        // The first RST_STREAM ends the request (a reset: 502 upstream_unavailable), the flood then ends the connection.
-        Attack(kind: "rst-flood", error: "upstream_unavailable", goAway: [enhanceYourCalm]),
+        Attack(kind: "continuation-flood", error: ["upstream_protocol_error"], goAway: [enhanceYourCalm]),
+        Attack(kind: "settings-flood", error: ["upstream_protocol_error"], goAway: [enhanceYourCalm]),
+        Attack(kind: "ping-flood", error: ["upstream_protocol_error"], goAway: [enhanceYourCalm]),
+        // The first RST_STREAM ends the request (a reset: 502 upstream_unavailable), the flood then ends the
+        // connection: when both come in one read, the connection's error is what the caller hears.
+        Attack(kind: "rst-flood", error: ["upstream_unavailable", "upstream_protocol_error"], goAway: [enhanceYourCalm]),
         // A declared Content-Length, then empty DATA frames without end.
-        Attack(kind: "empty-data-flood", error: "upstream_protocol_error", goAway: [enhanceYourCalm]),
+        Attack(kind: "empty-data-flood", error: ["upstream_protocol_error"], goAway: [enhanceYourCalm]),
         // SETTINGS_MAX_FRAME_SIZE of 2^24, above the largest RFC 9113 allows.
-        Attack(kind: "max-frame-size", error: "upstream_protocol_error", goAway: [protocolError]),
+        Attack(kind: "max-frame-size", error: ["upstream_protocol_error"], goAway: [protocolError]),
         // A PING of 7 bytes.
-        Attack(kind: "malformed-frame", error: "upstream_protocol_error", goAway: [frameSizeError, protocolError]),
+        Attack(kind: "malformed-frame", error: ["upstream_protocol_error"], goAway: [frameSizeError, protocolError]),
     ]
 
     /// Portico with the hostile upstream (`/`) and a second, honest one (`/good/…`) on its own connections.
@@ -97,7 +98,7 @@ struct HTTP2HostileUpstreamTests {
         let response = try await Self.request(portico, "/attack/\(attack.kind)")
         #expect(response.status == 502, "\(response.status) \(response.bodyText)")
         let json = Self.json(response)
-        #expect(json["error"] == attack.error, "\(response.bodyText)")
+        #expect(attack.error.contains(json["error"] ?? ""), "\(response.bodyText)")
         #expect(json["request_id"]?.isEmpty == false)
 
         // The server's side: Portico said GOAWAY with the limit's code and closed the connection,
@@ -219,7 +220,7 @@ struct HTTP2HostileUpstreamTests {
         config.upstreams = ["up": upstream]
         var route = RouteConfig(name: "all", match: .init(pathPrefix: "/"), upstream: "up", timeout: .seconds(200))
         // Only the manual clock's moves end a stream's silence: it must not be the idle timeout.
-        route.streamIdleTimeout = .seconds(86_400)
+        route.streamIdleTimeout = .seconds(10_000_000)
         config.routes = [route]
         return config
     }
