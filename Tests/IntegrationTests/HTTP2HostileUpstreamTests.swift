@@ -106,7 +106,10 @@ struct HTTP2HostileUpstreamTests {
         let record = await HTTP2Lab.waitForEvent(of: hostile, timeout: .seconds(90)) { $0.event == "attack" }
         let seen = try #require(record, "the attack's record; events: \(HTTP2Lab.events(of: hostile))")
         #expect(seen.ending == "closed", "\(seen)")
-        #expect(seen.goaway.map { attack.goAway.contains($0) } == true, "GOAWAY's code: \(seen)")
+        // NIOHTTP2's GOAWAY goes out first; but Portico closes with the flood unread, so the kernel
+        // resets the connection and the server may lose the GOAWAY with its unread input
+        // (measured: the SETTINGS, PING and empty DATA floods). When it arrived, its code is the limit's.
+        if let code = seen.goaway { #expect(attack.goAway.contains(code), "GOAWAY's code: \(seen)") }
         #expect((seen.bytes ?? .max) < 32 << 20, "bytes sent before the close: \(seen)")
 
         let fine = try await others
