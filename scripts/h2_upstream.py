@@ -7,14 +7,14 @@
 Each thing it sees or does is one JSON line appended to EVENTS_FILE, which the tests read:
   connection   {conn}                               a connection was accepted
   request      {conn, stream, path, after_goaway}   a request's HEADERS arrived
-  goaway       {conn, code, last}                   the gateway sent GOAWAY (code: RFC 9113's number)
+  goaway       {conn, code, last}                   the gateway's first GOAWAY (code: RFC 9113's number)
   reset        {conn, stream, code}                 the gateway reset a stream (RST_STREAM)
   stream_done  {conn, stream, bytes}                a streamed response was sent to its end
   received     {conn, stream, bytes}                what a stalled upload delivered before it ended
   attack       {conn, kind, frames, bytes, ending, goaway}
                a hostile answer: how many frames and bytes went out before `ending` (`closed`: the
                gateway closed or reset the connection; `timeout`: it neither read nor closed for
-               30 s; `cap`: the flood reached its cap still open), and the GOAWAY code it sent
+               30 s; `cap`: the flood reached its cap still open), and its first GOAWAY's code
   closed       {conn}                               the connection ended
 
 Paths:
@@ -140,7 +140,7 @@ class Connection:
                 code = int.from_bytes(whole[13:17], "big")
                 if self.goaway_code is None:
                     record(event="goaway", conn=self.number, code=code, last=last)
-                self.goaway_code = code
+                    self.goaway_code = code
                 continue
             if kind == HEADERS and stream not in self.known_streams:
                 self.known_streams.add(stream)

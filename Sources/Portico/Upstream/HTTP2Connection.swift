@@ -193,8 +193,10 @@ struct HTTP2Connection: Sendable {
     func close() {
         let channel = self.channel
         let multiplexer = self.multiplexer
+        let failure = self.failure
         onLoop {
-            guard multiplexer.value != nil, channel.isActive else {
+            // A connection the upstream broke has had NIOHTTP2's GOAWAY (with the error's code).
+            guard multiplexer.value != nil, channel.isActive, failure.recorded == nil else {
                 channel.close(promise: nil)
                 return
             }

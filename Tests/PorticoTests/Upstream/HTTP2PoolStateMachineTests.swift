@@ -125,12 +125,10 @@ struct HTTP2PoolStateMachineTests {
     func retire() throws {
         let cap = SharedCap(name: "test.h2.retire")
         var machine = Self.machine(perLoop: 2, streams: 1, cap: cap)
-        _ = try Self.open(&machine, "idle")
-        _ = try Self.open(&machine, "busy")
-        // One stream a connection: the first lease fills "idle", the second "busy"; "idle"'s ends.
-        guard case .use("idle", let first) = machine.lease() else { Issue.record("idle for the first"); return }
-        guard case .use("busy", let stream) = machine.lease() else { Issue.record("busy for the second"); return }
-        _ = machine.streamClosed(first)
+        // Each connection opens for a request, which takes its one stream; "idle"'s ends.
+        let idle = try Self.open(&machine, "idle")
+        let stream = try Self.open(&machine, "busy")
+        _ = machine.streamClosed(idle)
         let action = machine.retire()
         #expect(action.close == ["idle"])
         #expect(action.goAway == ["busy"], "the busy connection hears GOAWAY and stays open")
