@@ -113,6 +113,7 @@ let package = Package(
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -105,6 +105,18 @@ public final class StreamingClient: @unchecked Sendable {
         }
     }
 
+    /// Reads up to `count` decoded body bytes and returns them (fewer only when the body ended).
+    public func readBody(count: Int) async throws -> [UInt8] {
+        try await run { [self] in
+            var collected: [UInt8] = []
+            while collected.count < count {
+                guard let piece = try decode(max: min(65536, count - collected.count)) else { break }
+                collected += piece
+            }
+            return collected
+        }
+    }
+
     /// Reads up to `count` decoded body bytes and discards them (a slow reader's sip); returns
     /// how many it read (fewer only when the body ended).
     @discardableResult

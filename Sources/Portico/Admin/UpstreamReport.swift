@@ -114,12 +114,19 @@ public struct UpstreamReport: Sendable, Encodable {
                         ])
     }
 
-    /// `portico_upstream_http2_streams{upstream}`: the streams open now on each single-endpoint
-    /// upstream with `protocol: http2 | auto`, summed over its loops as `/metrics` is read.
+    /// `portico_upstream_http2_streams{upstream}`: the streams open now on each upstream with
+    /// `protocol: http2 | auto`, summed over its loops and, on a balanced upstream, its
+    /// endpoints, as `/metrics` is read.
     static func recordHTTP2Gauges(_ runtime: GatewayRuntime) async {
         for (name, client) in runtime.upstreams {
-            guard let upstream = client as? NIOUpstream, let snapshot = await upstream.http2Snapshot() else { continue }
-            Gauge(label: "portico_upstream_http2_streams", dimensions: [("upstream", name)]).record(snapshot.streams)
+            let clients = (client as? BalancedUpstream)?.endpoints.map(\.client) ?? [client]
+            var streams: Int?
+            for case let upstream as NIOUpstream in clients {
+                guard let snapshot = await upstream.http2Snapshot() else { continue }
+                streams = (streams ?? 0) + snapshot.streams
+            }
+            guard let streams else { continue }
+            Gauge(label: "portico_upstream_http2_streams", dimensions: [("upstream", name)]).record(streams)
         }
     }
 

@@ -106,7 +106,7 @@ public final class GatewayRuntime: Sendable {
                 upstreams[name] = makeUpstreamClient(upstream, logger: logger, loops: loops, clock: clock,
                                                      previous: predecessor)
             }
-            upstreamMetrics[name] = UpstreamMetrics(upstream: name)
+            upstreamMetrics[name] = UpstreamMetrics(upstream: name, mayUseHTTP2: upstream.httpProtocol != .http1)
         }
         var providerLimiters: [String: ProviderLimiter] = [:]
         for (name, upstream) in config.upstreams {

@@ -4,6 +4,7 @@ import NIOHTTP2
 import NIOPosix
 import NIOSSL
 import NIOTLS
+import Synchronization
 
 /// One HTTP/2 connection of an `HTTP2ConnectionPool`: a channel whose pipeline is, for TLS,
 /// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), then NIOHTTP2's
@@ -35,6 +36,21 @@ struct HTTP2Connection: Sendable {
     let multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>
     /// The peer's first SETTINGS' `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: no limit).
     let initialMaxStreams: Int?
+    /// Why the connection was ended under its streams, when the upstream broke the protocol
+    /// (`HTTP2ConnectionHandler`): what those streams' callers hear, rather than the CANCEL
+    /// their close carries (which would send an idempotent request again, to the same peer).
+    let failure: Failure
+
+    /// Written once, on the connection's loop, read by the streams' callers wherever they are.
+    final class Failure: Sendable {
+        private let value = Mutex<UpstreamError?>(nil)
+
+        func record(_ failure: UpstreamError) {
+            value.withLock { $0 = $0 ?? failure }
+        }
+
+        var recorded: UpstreamError? { value.withLock { $0 } }
+    }
 
     /// Our SETTINGS: no push and no streams opened by the server (`max_concurrent_streams`
     /// bounds the streams we open, which the pool counts, not a setting); a stream window that
@@ -54,12 +70,51 @@ struct HTTP2Connection: Sendable {
     static let connectionWindow = 4 * 1024 * 1024
     static let maxHeaderListSize = 64 * 1024
 
+    /// NIOHTTP2's limits on what a hostile upstream can make Portico hold or do, set here
+    /// rather than left to the library's defaults (each is tested against a flooding server in
+    /// HTTP2HostileUpstreamTests). Each one exceeded is a connection error: NIOHTTP2 sends
+    /// GOAWAY and `HTTP2ConnectionHandler` closes the connection.
+    static func connectionConfiguration() -> NIOHTTP2Handler.ConnectionConfiguration {
+        var connection = NIOHTTP2Handler.ConnectionConfiguration()
+        connection.initialSettings = settings
+        connection.targetWindowSize = connectionWindow
+        // Malformed header blocks and a Content-Length the DATA frames contradict are errors.
+        connection.headerBlockValidation = .enabled
+        connection.contentLengthValidation = .enabled
+        // A header block (HEADERS + CONTINUATION) is bounded twice: its bytes by
+        // `maxHeaderListSize` (our SETTINGS_MAX_HEADER_LIST_SIZE, also the decoded list's
+        // bound), its frames by this (CONTINUATION floods of tiny frames).
+        connection.maximumSequentialContinuationFrames = 5
+        // Empty DATA frames carry nothing: a run of them is a flood.
+        connection.maximumSequentialEmptyDataFrames = 1
+        // PING, SETTINGS, PRIORITY frames (each PING and SETTINGS wants an answer): at most 200
+        // in 30 s; and at most 1000 answers queued when the peer does not read them.
+        connection.controlFrameRateLimit.maximumCount = 200
+        connection.controlFrameRateLimit.windowLength = .seconds(30)
+        connection.maximumBufferedControlFrames = 1000
+        // Streams reset by us kept to ignore their late frames: a bounded table.
+        connection.maximumRecentlyResetStreams = 32
+        return connection
+    }
+
+    static func streamConfiguration() -> NIOHTTP2Handler.StreamConfiguration {
+        var stream = NIOHTTP2Handler.StreamConfiguration()
+        stream.targetWindowSize = streamWindow
+        // RST_STREAM from the peer (a reset flood), and stream errors it causes: 200 in 30 s.
+        stream.streamResetFrameRateLimit.maximumCount = 200
+        stream.streamResetFrameRateLimit.windowLength = .seconds(30)
+        stream.streamErrorRateLimit.maximumCount = 200
+        stream.streamErrorRateLimit.windowLength = .seconds(30)
+        return stream
+    }
+
     /// Connects and, with TLS, completes the handshake (ALPN must choose `h2`, else
     /// `HTTP2Unavailable`) and waits for the peer's SETTINGS, all within `timeout`.
     static func connect(to endpoint: HTTP1Connection.Endpoint, on loop: any EventLoop, configuration: HTTP2Config,
                         timeout: TimeAmount, failure timeoutFailure: UpstreamError,
                         events: Events) async throws -> HTTP2Connection {
         let ready = loop.makePromise(of: Int?.self)
+        let failure = Failure()
         let box = NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>.makeEmptyBox(
             valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: loop)
         let bootstrap = ClientBootstrap(group: loop)
@@ -70,7 +125,7 @@ struct HTTP2Connection: Sendable {
                     let pipeline = channel.pipeline.syncOperations
                     try endpoint.addTLSHandlers(to: pipeline)
                     let handler = HTTP2ConnectionHandler(ready: ready, configuration: configuration, events: events,
-                                                         multiplexer: box, isTLS: endpoint.tls != nil)
+                                                         multiplexer: box, failure: failure, isTLS: endpoint.tls != nil)
                     try pipeline.addHandler(handler)
                     handler.limitStart(to: timeout, failure: timeoutFailure, on: channel.eventLoop)
                 }
@@ -94,7 +149,7 @@ struct HTTP2Connection: Sendable {
             channel.close(promise: nil)
             throw error
         }
-        return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams)
+        return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams, failure: failure)
     }
 
     /// A new stream channel, set up as a one-exchange `HTTP1Connection`.
@@ -132,10 +187,46 @@ struct HTTP2Connection: Sendable {
 
     var isActive: Bool { channel.isActive }
 
-    /// Closes the connection (its open streams fail). The pool closes a draining connection only
-    /// once its last stream has ended, so a reload lets streams finish.
+    /// Closes the connection (its open streams fail) after telling the upstream with
+    /// `GOAWAY(NO_ERROR)`. The pool closes a draining connection only once its last stream has
+    /// ended, so a reload lets streams finish.
     func close() {
-        channel.close(promise: nil)
+        let channel = self.channel
+        let multiplexer = self.multiplexer
+        let failure = self.failure
+        onLoop {
+            // A connection the upstream broke has had NIOHTTP2's GOAWAY (with the error's code).
+            guard multiplexer.value != nil, channel.isActive, failure.recorded == nil else {
+                channel.close(promise: nil)
+                return
+            }
+            // A peer that reads nothing would hold the write (and the close) for ever.
+            let backstop = channel.eventLoop.scheduleTask(in: Self.goAwayWriteLimit) { channel.close(promise: nil) }
+            channel.writeAndFlush(Self.goAwayFrame).whenComplete { _ in
+                backstop.cancel()
+                channel.close(promise: nil)
+            }
+        }
+    }
+
+    /// Tells the upstream `GOAWAY(NO_ERROR)` and leaves the connection open for the streams in
+    /// flight (a reload or a drain retiring it; the pool closes it at its last stream's end).
+    func goAway() {
+        let channel = self.channel
+        let multiplexer = self.multiplexer
+        onLoop {
+            guard multiplexer.value != nil, channel.isActive else { return }
+            channel.writeAndFlush(Self.goAwayFrame, promise: nil)
+        }
+    }
+
+    /// Last stream id 0: Portico accepts no stream from the server (no push), so none was processed.
+    static let goAwayFrame = HTTP2Frame(streamID: .rootStream,
+                                        payload: .goAway(lastStreamID: .rootStream, errorCode: .noError, opaqueData: nil))
+    static let goAwayWriteLimit = TimeAmount.seconds(1)
+
+    private func onLoop(_ body: @escaping @Sendable () -> Void) {
+        if channel.eventLoop.inEventLoop { body() } else { channel.eventLoop.execute(body) }
     }
 }
 

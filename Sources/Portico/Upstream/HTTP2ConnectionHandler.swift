@@ -1,4 +1,5 @@
 import NIOCore
+import NIOHPACK
 import NIOHTTP2
 import NIOTLS
 
@@ -31,6 +32,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private let configuration: HTTP2Config
     private let events: HTTP2Connection.Events
     private let multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>
+    private let failure: HTTP2Connection.Failure
     private var context: ChannelHandlerContext?
     private var startTimer: Scheduled<Void>?
     private var keepalive: RepeatedTask?
@@ -41,11 +43,12 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private var started = false
 
     init(ready: EventLoopPromise<Int?>, configuration: HTTP2Config, events: HTTP2Connection.Events,
-         multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>, isTLS: Bool) {
+         multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>, failure: HTTP2Connection.Failure, isTLS: Bool) {
         self.ready = ready
         self.configuration = configuration
         self.events = events
         self.multiplexer = multiplexer
+        self.failure = failure
         state = isTLS ? .negotiating : .awaitingSettings
     }
 
@@ -97,11 +100,38 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             context.close(promise: nil)
             return
         }
+        // The upstream broke the framing, the header compression's shared state or one of
+        // NIOHTTP2's flood limits: NIOHTTP2 has sent GOAWAY, and nothing more it sends can be
+        // trusted (a flood would go on). Closed now: its streams' callers hear why
+        // (`upstream_protocol_error`), not the CANCEL of their close.
+        if Self.endsConnection(error) {
+            failure.record(.protocolError("HTTP/2: \(type(of: error))"))
+            events.goAway()
+            context.close(promise: nil)
+            return
+        }
         // NIOHTTP2 reports a stream's error here too (it has reset that stream) as well as the
-        // connection's (it has sent GOAWAY): neither ends the other streams at once. The
-        // connection drains — no new stream, closed by the pool at its last stream's end (each
-        // bounded by its request's deadline) — and a broken socket closes it on its own.
+        // connection's other errors (it has sent GOAWAY): neither ends the other streams at once.
+        // The connection drains — no new stream, closed by the pool at its last stream's end
+        // (each bounded by its request's deadline) — and a broken socket closes it on its own.
         events.goAway()
+    }
+
+    /// NIOHTTP2's errors that are always the connection's, never one stream's: an unparseable
+    /// frame, HPACK's (its tables are the connection's), a SETTINGS value out of range, and each
+    /// limit of `HTTP2Connection.connectionConfiguration()`.
+    static func endsConnection(_ error: any Error) -> Bool {
+        switch error {
+        case is NIOHTTP2Errors.UnableToParseFrame, is NIOHTTP2Errors.ExcessivelyLargeHeaderBlock,
+             is NIOHTTP2Errors.ExcessiveContinuationFrames, is NIOHTTP2Errors.ExcessiveControlFrames,
+             is NIOHTTP2Errors.ExcessiveRSTFrames, is NIOHTTP2Errors.ExcessiveEmptyDataFrames,
+             is NIOHTTP2Errors.ExcessiveStreamErrors, is NIOHTTP2Errors.ExcessiveNumberOfGlitches,
+             is NIOHTTP2Errors.ExcessiveOutboundFrameBuffering, is NIOHTTP2Errors.InvalidSetting,
+             is any NIOHPACKError:
+            true
+        default:
+            false
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -139,13 +169,9 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// which our SETTINGS refuse, are closed should one come.
     private func startHTTP2(context: ChannelHandlerContext) {
         do {
-            var connection = NIOHTTP2Handler.ConnectionConfiguration()
-            connection.initialSettings = HTTP2Connection.settings
-            connection.targetWindowSize = HTTP2Connection.connectionWindow
-            var stream = NIOHTTP2Handler.StreamConfiguration()
-            stream.targetWindowSize = HTTP2Connection.streamWindow
             let handler = NIOHTTP2Handler(mode: .client, eventLoop: context.eventLoop,
-                                          connectionConfiguration: connection, streamConfiguration: stream) { pushed in
+                                          connectionConfiguration: HTTP2Connection.connectionConfiguration(),
+                                          streamConfiguration: HTTP2Connection.streamConfiguration()) { pushed in
                 pushed.close()
             }
             try context.pipeline.syncOperations.addHandler(handler, position: .before(self))

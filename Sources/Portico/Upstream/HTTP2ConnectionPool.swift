@@ -164,6 +164,7 @@ final class HTTP2ConnectionPool: Sendable {
             stream = try await connection.openStream(isTLS: isTLS)
         } catch {
             onLoop(share) { [self] in perform(share.machine.streamClosed(entry), on: share) }
+            if let failure = connection.failure.recorded { throw failure }
             throw RefusedOn(error, entry: entry) ?? error
         }
         // Whatever ends the stream (its end, a reset, a cancel, the connection's close) gives its room back.
@@ -173,6 +174,8 @@ final class HTTP2ConnectionPool: Sendable {
         do {
             return try await stream.execute(exchange)
         } catch {
+            // A connection the upstream broke (a flood, a malformed frame): its error, never sent again.
+            if let failure = connection.failure.recorded { throw failure }
             throw RefusedOn(error, entry: entry) ?? error
         }
     }
@@ -263,6 +266,7 @@ final class HTTP2ConnectionPool: Sendable {
             case .fail(let waiter, let error): waiter.resume(throwing: error)
             }
         }
+        for connection in action.goAway { connection.goAway() }
         for connection in action.close { connection.close() }
     }
 }

@@ -49,6 +49,8 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
         var handovers: [Handover] = []
         /// Connections to close: drained after GOAWAY, or all at shutdown.
         var close: [Connection] = []
+        /// Connections to tell `GOAWAY` and leave open for their streams in flight (retired).
+        var goAway: [Connection] = []
 
         static var none: Action { Action() }
     }
@@ -217,7 +219,8 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
         return action
     }
 
-    /// A reload replaced the pool: later leases fail, idle connections close, busy ones drain.
+    /// A reload replaced the pool: later leases fail, idle connections close, busy ones are told
+    /// GOAWAY and drain (closed at their last stream's end).
     mutating func retire() -> Action {
         isShutDown = true
         var action = Action(handovers: waiters.map { .fail($0.waiter, Self.shutDownError) })
@@ -227,6 +230,8 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
             if entries[index].open == 0 {
                 action.close.append(entries.remove(at: index).connection!)
                 cap.release()
+            } else {
+                action.goAway.append(entries[index].connection!)
             }
         }
         return action

@@ -9,7 +9,7 @@ public struct UpstreamEndpoint: Responder {
 
     public init(client: any UpstreamClient, metrics: UpstreamMetrics? = nil) {
         self.client = client
-        self.metrics = metrics ?? UpstreamMetrics(upstream: client.config.name)
+        self.metrics = metrics ?? UpstreamMetrics(upstream: client.config.name, mayUseHTTP2: client.config.httpProtocol != .http1)
     }
 
     nonisolated(nonsending) public func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
@@ -17,11 +17,14 @@ public struct UpstreamEndpoint: Responder {
         var failure: String?
         defer {
             let elapsed = start.duration(to: context.clock.now)
-            context.stats.update { stats in
+            // The protocol this attempt went out on: `NIOUpstream` says `h2` in the access log's
+            // field on upstreams that may speak HTTP/2; everything else is HTTP/1.1.
+            let http2 = context.stats.update { stats in
                 stats.upstreamDuration += elapsed
                 stats.attempts += 1
+                return stats.extra.contains { $0.0 == "upstream_protocol" && $0.1 == "h2" }
             }
-            metrics.record(elapsed, failure: failure)
+            metrics.record(elapsed, failure: failure, http2: http2)
         }
         do {
             return try await client.send(request, context: context)
@@ -39,22 +42,30 @@ public struct UpstreamEndpoint: Responder {
 }
 
 /// Per-upstream metric handles, made once when the runtime is built:
-/// `portico_upstream_request_duration_seconds{upstream}` and
-/// `portico_upstream_errors_total{upstream,kind}` (kind: the `GatewayError.Kind` name, a fixed small set).
+/// `portico_upstream_request_duration_seconds{upstream,protocol}` and
+/// `portico_upstream_errors_total{upstream,protocol,kind}` (kind: the `GatewayError.Kind` name,
+/// a fixed small set; protocol: `http1` or `http2`, what the attempt went out on). The `http2`
+/// histogram exists only for upstreams that may speak it (`protocol: http2 | auto`): an HTTP/1.1
+/// upstream exports one series set, as before.
 public final class UpstreamMetrics: Sendable {
-    private let duration: Metrics.Timer
+    private let http1Duration: Metrics.Timer
+    private let http2Duration: Metrics.Timer?
     private let upstream: String
     private let errors: LabelledCounters
 
-    public init(upstream: String, factory: any MetricsFactory = MetricsSystem.factory) {
+    public init(upstream: String, mayUseHTTP2: Bool = false, factory: any MetricsFactory = MetricsSystem.factory) {
         self.upstream = upstream
         errors = LabelledCounters("portico_upstream_errors_total", factory: factory)
-        duration = Metrics.Timer(label: "portico_upstream_request_duration_seconds", dimensions: [("upstream", upstream)], factory: factory)
+        http1Duration = Metrics.Timer(label: "portico_upstream_request_duration_seconds",
+                                      dimensions: [("upstream", upstream), ("protocol", "http1")], factory: factory)
+        http2Duration = mayUseHTTP2 ? Metrics.Timer(label: "portico_upstream_request_duration_seconds",
+                                                    dimensions: [("upstream", upstream), ("protocol", "http2")], factory: factory) : nil
     }
 
-    func record(_ elapsed: Duration, failure: String?) {
-        duration.recordNanoseconds(GatewayMetrics.nanoseconds(elapsed))
+    func record(_ elapsed: Duration, failure: String?, http2: Bool = false) {
+        let http2 = http2 && http2Duration != nil
+        ((http2 ? http2Duration : nil) ?? http1Duration).recordNanoseconds(GatewayMetrics.nanoseconds(elapsed))
         guard let failure else { return }
-        errors.increment([("upstream", upstream), ("kind", failure)])
+        errors.increment([("upstream", upstream), ("protocol", http2 ? "http2" : "http1"), ("kind", failure)])
     }
 }

@@ -84,7 +84,7 @@ struct PinConfigTests {
         await #expect(throws: GatewayError.self) {
             try await endpoint.respond(to: RetryFixture.request(), context: RetryFixture.context(clock: ManualClock()))
         }
-        #expect(metrics.value("portico_upstream_errors_total", [("upstream", "billing"), ("kind", "upstream_tls_pin_mismatch")]) == 1)
+        #expect(metrics.value("portico_upstream_errors_total", [("upstream", "billing"), ("protocol", "http1"), ("kind", "upstream_tls_pin_mismatch")]) == 1)
     }
 }
 

@@ -72,8 +72,24 @@ struct GatewayErrorKindTests {
         await #expect(throws: GatewayError.self) {
             try await endpoint.respond(to: RetryFixture.request(), context: RetryFixture.context(clock: ManualClock()))
         }
-        let series = [("upstream", "orders"), ("kind", "upstream_connection_closed")]
+        let series = [("upstream", "orders"), ("protocol", "http1"), ("kind", "upstream_connection_closed")]
         #expect(metrics.value("portico_upstream_errors_total", series) == 1)
+    }
+
+    @Test("the upstream metrics' protocol label is http2 for an attempt that went out on HTTP/2, http1 otherwise")
+    func protocolLabel() async throws {
+        let metrics = RecordingMetrics()
+        let h2 = UpstreamEndpoint(client: FailingUpstream(failure: .protocolError("HTTP/2: a flood"), spoken: "h2"),
+                                  metrics: UpstreamMetrics(upstream: "orders", mayUseHTTP2: true, factory: metrics))
+        let h1 = UpstreamEndpoint(client: FailingUpstream(failure: .protocolError("bad head"), spoken: "http/1.1"),
+                                  metrics: UpstreamMetrics(upstream: "orders", mayUseHTTP2: true, factory: metrics))
+        for endpoint in [h2, h2, h1] {
+            await #expect(throws: GatewayError.self) {
+                try await endpoint.respond(to: RetryFixture.request(), context: RetryFixture.context(clock: ManualClock()))
+            }
+        }
+        #expect(metrics.value("portico_upstream_errors_total", [("upstream", "orders"), ("protocol", "http2"), ("kind", "upstream_protocol_error")]) == 2)
+        #expect(metrics.value("portico_upstream_errors_total", [("upstream", "orders"), ("protocol", "http1"), ("kind", "upstream_protocol_error")]) == 1)
     }
 
     @Test("the access log's error field names the kind")
@@ -95,8 +111,11 @@ struct GatewayErrorKindTests {
 /// An upstream whose every exchange fails with `failure`.
 private struct FailingUpstream: UpstreamClient {
     let failure: UpstreamError
+    /// The access log's `upstream_protocol`, as `NIOUpstream` sets it (nil: not set, as on HTTP/1.1 upstreams).
+    var spoken: String?
     var config: UpstreamConfig { UpstreamConfig(name: "orders", url: URL(string: "http://127.0.0.1:1")!) }
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+        if let spoken { context.stats.update { $0.extra.append(("upstream_protocol", spoken)) } }
         throw failure.gatewayError(upstream: config.name)
     }
     func shutdown() async {}

@@ -120,4 +120,20 @@ struct HTTP2PoolStateMachineTests {
         #expect(cap.current == 0)
         guard case .shutDown = machine.lease() else { Issue.record("shut down"); return }
     }
+
+    @Test("retire closes idle connections, tells busy ones GOAWAY and closes them at their last stream's end")
+    func retire() throws {
+        let cap = SharedCap(name: "test.h2.retire")
+        var machine = Self.machine(perLoop: 2, streams: 1, cap: cap)
+        // Each connection opens for a request, which takes its one stream; "idle"'s ends.
+        let idle = try Self.open(&machine, "idle")
+        let stream = try Self.open(&machine, "busy")
+        _ = machine.streamClosed(idle)
+        let action = machine.retire()
+        #expect(action.close == ["idle"])
+        #expect(action.goAway == ["busy"], "the busy connection hears GOAWAY and stays open")
+        guard case .shutDown = machine.lease() else { Issue.record("no lease after retire"); return }
+        #expect(machine.streamClosed(stream).close == ["busy"], "closed at its last stream's end")
+        #expect(cap.current == 0)
+    }
 }
