@@ -329,7 +329,7 @@ struct ProxyConformanceTests {
         await upstream.shutdown()
     }
 
-    @Test("max_connections below listen.threads: a request on a loop without a connection gets one while another loop's sits idle",
+    @Test("max_connections below listen.threads: every loop's requests are answered, none waits for a connection another loop holds idle",
           arguments: [UpstreamProtocol.http1, .http2])
     func capBelowThreads(httpProtocol: UpstreamProtocol) async throws {
         let leg = ProxyLeg(transport: .nio, tls: false, httpProtocol: httpProtocol)
@@ -338,16 +338,15 @@ struct ProxyConformanceTests {
             config.upstreams["up"]?.maxConnections = 1
             config.upstreams["up"]?.connectTimeout = .seconds(2)
         }
-        // Known defect (issue #45): HTTP/1.1's pool asks another loop to close an idle connection
-        // when a request waits at the cap (`closeIdleForOtherLoop`); HTTP/2's pool has no such
-        // signal, so the second loop's request waits its connect timeout out (504 upstream_timeout).
-        try await withKnownIssue("HTTP/2 pool: no cross-loop hand-over of an idle connection at max_connections") {
-            // Each new client connection goes to the next of the gateway's two threads in turn.
-            for index in 0..<4 {
-                let response = try await gateway.request("GET", "/api/turn\(index)")
-                #expect(response.status == 200, "request \(index): \(response.status) \(response.bodyText)")
-            }
-        } when: { httpProtocol == .http2 }
+        // One connection for two threads. HTTP/1.1's pool asks another loop to close its idle
+        // connection when a request waits at the cap (`closeIdleForOtherLoop`); HTTP/2's sends the
+        // second loop's requests to the loop that holds the connection (before, they waited the
+        // connect timeout out: 504 upstream_timeout).
+        // Each new client connection goes to the next of the gateway's two threads in turn.
+        for index in 0..<4 {
+            let response = try await gateway.request("GET", "/api/turn\(index)")
+            #expect(response.status == 200, "request \(index): \(response.status) \(response.bodyText)")
+        }
         leg.expectArrivals(upstream)
         await gateway.stop()
         await upstream.shutdown()

@@ -73,14 +73,11 @@ struct StreamingEndToEndTests {
     }
 
     /// One upstream connection: every scenario sends one request at a time, and a connection a
-    /// hang-up leaked would block the next request (`Path.expectUsable`).
-    /// On HTTP/2 one connection per thread (2): the HTTP/2 pool cannot yet take a loop's idle
-    /// connection for a request waiting on the other loop at `max_connections`, so with 1 every
-    /// request on the second loop waited out its connect timeout (a known defect:
-    /// `ProxyConformanceTests.capBelowThreads`). The next request is a new stream on the same
-    /// connection, which must still serve.
+    /// hang-up leaked would block the next request (`Path.expectUsable`). On HTTP/2 both threads'
+    /// requests are streams on that one connection (`ProxyConformanceTests.capBelowThreads`), and
+    /// the next request is a new stream on it, which must still serve.
     static func yaml(upstreamPort: Int, leg: Leg) -> String {
-        let maxConnections = leg.httpProtocol == .http1 ? 1 : 2
+        let maxConnections = 1
         return """
         listen: { address: 127.0.0.1, port: 0, threads: 2, request_timeout: 300s, max_body_bytes: 2GiB }
         admin: { address: 127.0.0.1, port: 0 }

@@ -13,6 +13,12 @@ import Synchronization
 /// whatever ended it) gives its room back. A stream the upstream refused before its application
 /// saw it (`HTTP2StreamRefused`: REFUSED_STREAM, above a GOAWAY's last stream id) goes out once
 /// more on another connection (or a new one), safe for any method; `onRefusedRetry` counts it.
+///
+/// When `max_connections` is below what the loops would open (`connections_per_loop` each),
+/// only the first shares hold connections, each an equal part of the cap, and a request on
+/// another loop goes to one of them. Otherwise a loop could be left with no connection and no
+/// room to open one while another loop's multiplexed connection sat idle (the HTTP/1.1 pool asks
+/// another loop to close an idle connection instead; an HTTP/2 connection is rarely idle).
 final class HTTP2ConnectionPool: Sendable {
     struct Configuration: Sendable {
         var endpoint: HTTP1Connection.Endpoint
@@ -51,6 +57,8 @@ final class HTTP2ConnectionPool: Sendable {
     private let configuration: Configuration
     private let loops: EventLoops
     private let shares: [Share]
+    /// Shares that may hold connections: `shares[0..<usable]`; loop `i` uses `i % usable`.
+    private let usable: Int
     private let home: Int
     private let isShutDown = Atomic<Bool>(false)
     private let isTLS: Bool
@@ -60,27 +68,41 @@ final class HTTP2ConnectionPool: Sendable {
         self.loops = loops
         isTLS = configuration.endpoint.tls != nil
         let cap = SharedCap(name: configuration.capName)
+        let parts = Self.parts(loops: loops.loops.count, maxConnections: configuration.maxConnections,
+                               connectionsPerLoop: configuration.http2.connectionsPerLoop)
+        usable = parts.usable
         shares = loops.loops.map { loop in
             Share(loop: loop, machine: Machine(cap: cap, maxConnections: configuration.maxConnections,
-                                               connectionsPerLoop: configuration.http2.connectionsPerLoop,
+                                               connectionsPerLoop: parts.perShare,
                                                maxStreams: configuration.http2.maxConcurrentStreams))
         }
-        home = loops.nextHomeIndex()
+        home = loops.nextHomeIndex() % parts.usable
+    }
+
+    /// How many shares hold connections and how many each may open, so that every one of them
+    /// can always open its first: all loops with `connections_per_loop` each while the cap
+    /// allows that, else `min(loops, max_connections)` shares with an equal part each.
+    static func parts(loops: Int, maxConnections: Int, connectionsPerLoop: Int) -> (usable: Int, perShare: Int) {
+        let loops = max(1, loops), cap = max(1, maxConnections), perLoop = max(1, connectionsPerLoop)
+        guard loops * perLoop > cap else { return (loops, perLoop) }
+        let usable = min(loops, cap)
+        return (usable, max(1, min(perLoop, cap / usable)))
     }
 
     /// One exchange on a stream of a pooled (or new) connection. `HTTP2Unavailable` when ALPN did
     /// not choose h2 (the caller may fall back to HTTP/1.1); other errors as `HTTP1ConnectionPool`'s.
     nonisolated(nonsending) func execute(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
         if isShutDown.load(ordering: .relaxed) { throw Machine.shutDownError }
-        if let index = loops.currentIndex {
+        if let index = loops.currentIndex, index < usable {
             return try await execute(exchange, on: shares[index])
         }
-        return try await executeAtHome(exchange)
+        return try await execute(exchange, hoppingTo: loops.currentIndex.map { $0 % usable } ?? home)
     }
 
-    @concurrent private func executeAtHome(_ exchange: HTTP1Exchange) async throws -> HTTP1Response {
-        let share = shares[home]
-        return try await withTaskExecutorPreference(loops.executors[home]) {
+    /// From a thread that is not a loop, or a loop whose share holds no connections.
+    @concurrent private func execute(_ exchange: HTTP1Exchange, hoppingTo index: Int) async throws -> HTTP1Response {
+        let share = shares[index]
+        return try await withTaskExecutorPreference(loops.executors[index]) {
             try await self.execute(exchange, on: share)
         }
     }

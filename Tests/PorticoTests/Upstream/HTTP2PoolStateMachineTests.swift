@@ -136,4 +136,17 @@ struct HTTP2PoolStateMachineTests {
         #expect(machine.streamClosed(stream).close == ["busy"], "closed at its last stream's end")
         #expect(cap.current == 0)
     }
+
+    @Test("below the loops' wish, max_connections is split so every share that holds connections can open its first")
+    func sharesBelowTheCap() {
+        // Room for every loop: unchanged.
+        #expect(HTTP2ConnectionPool.parts(loops: 2, maxConnections: 64, connectionsPerLoop: 1) == (2, 1))
+        #expect(HTTP2ConnectionPool.parts(loops: 4, maxConnections: 8, connectionsPerLoop: 2) == (4, 2))
+        // One connection, two loops: one share holds it, the other loop's requests go there.
+        #expect(HTTP2ConnectionPool.parts(loops: 2, maxConnections: 1, connectionsPerLoop: 1) == (1, 1))
+        // Three for two loops that would open two each: one each (none can take the other's first).
+        #expect(HTTP2ConnectionPool.parts(loops: 2, maxConnections: 3, connectionsPerLoop: 2) == (2, 1))
+        #expect(HTTP2ConnectionPool.parts(loops: 8, maxConnections: 3, connectionsPerLoop: 1) == (3, 1))
+        #expect(HTTP2ConnectionPool.parts(loops: 2, maxConnections: 5, connectionsPerLoop: 4) == (2, 2))
+    }
 }
