@@ -50,8 +50,12 @@ struct HTTP2Connection: Sendable {
     /// What one stream may have in flight towards Portico before it reads: with the relay's
     /// own watermark, the memory a slow client's stream costs, whatever the body's size.
     static let streamWindow = 256 * 1024
-    /// The connection's window: room for several streams at full speed at once.
+    /// The connection's window: room for several streams at full speed at once, and the bound on
+    /// what all the connection's streams together may have in flight towards Portico. Sent as a
+    /// WINDOW_UPDATE right after our SETTINGS.
     static let connectionWindow = 4 * 1024 * 1024
+    /// Every window's size before SETTINGS or WINDOW_UPDATE change it (RFC 9113 §6.9.2).
+    static let defaultWindow = 65_535
     static let maxHeaderListSize = 64 * 1024
 
     /// Connects and, with TLS, completes the handshake (ALPN must choose `h2`, else

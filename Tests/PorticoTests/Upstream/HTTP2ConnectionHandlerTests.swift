@@ -1,0 +1,59 @@
+import NIOCore
+import NIOEmbedded
+import NIOHTTP2
+import Testing
+@testable import Portico
+
+/// `HTTP2ConnectionHandler` starting HTTP/2 on a cleartext connection (prior knowledge), on an
+/// `EmbeddedChannel`: what it sends first is read back as bytes and parsed here by hand, as a
+/// peer would read it (RFC 9113 §3.4, §4.1), not through NIOHTTP2.
+@Suite("HTTP/2 connection handler")
+struct HTTP2ConnectionHandlerTests {
+    struct Frame {
+        var type: UInt8
+        var stream: UInt32
+        var payload: ByteBuffer
+    }
+
+    /// Connects a channel with the handler and returns the bytes it wrote: the client preface, then frames.
+    static func opening() throws -> (preface: String?, frames: [Frame], channel: EmbeddedChannel) {
+        let channel = EmbeddedChannel()
+        let box = NIOLoopBoundBox.makeEmptyBox(valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: channel.eventLoop)
+        let handler = HTTP2ConnectionHandler(ready: channel.eventLoop.makePromise(), configuration: HTTP2Config(),
+                                             events: .init(settings: { _ in }, goAway: {}), multiplexer: box, isTLS: false)
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 80)).wait()
+        var bytes = ByteBuffer()
+        while var part = try channel.readOutbound(as: ByteBuffer.self) { bytes.writeBuffer(&part) }
+        let preface = bytes.readString(length: 24)
+        var frames: [Frame] = []
+        while bytes.readableBytes >= 9, let high = bytes.readInteger(as: UInt8.self), let low = bytes.readInteger(as: UInt16.self),
+              let type = bytes.readInteger(as: UInt8.self), let _ = bytes.readInteger(as: UInt8.self),
+              let stream = bytes.readInteger(as: UInt32.self), let payload = bytes.readSlice(length: Int(high) << 16 | Int(low)) {
+            frames.append(Frame(type: type, stream: stream & 0x7fff_ffff, payload: payload))
+        }
+        return (preface, frames, channel)
+    }
+
+    @Test("the connection opens with our SETTINGS, then a WINDOW_UPDATE that takes the connection's window to 4 MiB at once")
+    func opensTheConnectionWindow() throws {
+        let (preface, frames, channel) = try Self.opening()
+        // Closing fails the pending connect (its promise must not be left unfulfilled).
+        defer { _ = try? channel.finish() }
+        #expect(preface == "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        #expect(frames.first?.type == 0x4, "SETTINGS first")
+        var settings: [UInt16: UInt32] = [:]
+        if var payload = frames.first?.payload {
+            while let id = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) { settings[id] = value }
+        }
+        // ENABLE_PUSH 0, MAX_CONCURRENT_STREAMS 0 (none from the server), INITIAL_WINDOW_SIZE 256 KiB, MAX_HEADER_LIST_SIZE 64 KiB.
+        #expect(settings == [0x2: 0, 0x3: 0, 0x4: 256 * 1024, 0x6: 64 * 1024])
+        // Without it the upstream may send only 65,535 bytes on the whole connection until its first DATA is answered.
+        let updates = frames.filter { $0.type == 0x8 && $0.stream == 0 }
+        #expect(updates.count == 1)
+        var update = updates.first?.payload
+        let increment = update?.readInteger(as: UInt32.self).map { $0 & 0x7fff_ffff }
+        #expect(increment.map { 65_535 + Int($0) } == 4 * 1024 * 1024)
+        #expect(frames.firstIndex { $0.type == 0x8 } == 1, "right after SETTINGS")
+    }
+}
