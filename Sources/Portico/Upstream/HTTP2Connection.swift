@@ -101,37 +101,51 @@ struct HTTP2Connection: Sendable {
         return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams)
     }
 
-    /// A new stream channel, set up as a one-exchange `HTTP1Connection`.
+    /// A new stream channel, set up as a one-exchange `HTTP1Connection`. On the connection's
+    /// loop (where the pool calls it) without a suspension: NIOHTTP2 creates and activates the
+    /// stream within the call (its initializer here is synchronous), so the exchange's write
+    /// follows in the same turn of the loop.
     nonisolated(nonsending) func openStream(isTLS: Bool) async throws -> HTTP1Connection {
-        let channel = self.channel
-        let box = self.multiplexer
-        let promise = channel.eventLoop.makePromise(of: HTTP1Connection.self)
-        let start: @Sendable () -> Void = {
-            guard let multiplexer = box.value, channel.isActive else {
-                promise.fail(HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed")))
-                return
-            }
-            let created = channel.eventLoop.makePromise(of: (any Channel).self)
-            let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
-                                                                                  eventLoop: channel.eventLoop)
-            multiplexer.createStreamChannel(promise: created) { stream in
-                stream.eventLoop.makeCompletedFuture {
-                    let pipeline = stream.pipeline.syncOperations
-                    try pipeline.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: isTLS ? .https : .http))
-                    let handler = HTTP1ExchangeHandler(ready: stream.eventLoop.makePromise(), awaitsHandshake: false)
-                    try pipeline.addHandler(handler)
-                    handlerBox.value = handler
-                }
-            }
-            created.futureResult.whenComplete { result in
-                switch result {
-                case .success(let stream): promise.succeed(HTTP1Connection(channel: stream, handler: handlerBox))
-                case .failure(let error): promise.fail(HTTP2StreamRefused.from(error) ?? error)
-                }
+        let eventLoop = channel.eventLoop
+        guard eventLoop.inEventLoop else {
+            return try await eventLoop.flatSubmit { self.startStream(isTLS: isTLS).opened }.get()
+        }
+        let start = startStream(isTLS: isTLS)
+        if let outcome = start.outcome { return try outcome.get() }
+        return try await start.opened.get()
+    }
+
+    /// Creates the stream channel, on the loop. `outcome`: known at once (the usual case).
+    private func startStream(isTLS: Bool) -> (outcome: Result<HTTP1Connection, any Error>?, opened: EventLoopFuture<HTTP1Connection>) {
+        let eventLoop = channel.eventLoop
+        let promise = eventLoop.makePromise(of: HTTP1Connection.self)
+        guard let multiplexer = multiplexer.value, channel.isActive else {
+            let refused = HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed"))
+            promise.fail(refused)
+            return (.failure(refused), promise.futureResult)
+        }
+        let created = eventLoop.makePromise(of: (any Channel).self)
+        let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
+                                                                              eventLoop: eventLoop)
+        multiplexer.createStreamChannel(promise: created) { stream in
+            stream.eventLoop.makeCompletedFuture {
+                let pipeline = stream.pipeline.syncOperations
+                try pipeline.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: isTLS ? .https : .http))
+                let handler = HTTP1ExchangeHandler(ready: stream.eventLoop.makePromise(), awaitsHandshake: false)
+                try pipeline.addHandler(handler)
+                handlerBox.value = handler
             }
         }
-        if channel.eventLoop.inEventLoop { start() } else { channel.eventLoop.execute(start) }
-        return try await promise.futureResult.get()
+        var outcome: Result<HTTP1Connection, any Error>?
+        created.futureResult.assumeIsolated().whenComplete { result in  // runs at once if already complete
+            let opened: Result<HTTP1Connection, any Error> = switch result {
+            case .success(let stream): .success(HTTP1Connection(channel: stream, handler: handlerBox))
+            case .failure(let error): .failure(HTTP2StreamRefused.from(error) ?? error)
+            }
+            outcome = opened
+            promise.completeWith(opened)
+        }
+        return (outcome, promise.futureResult)
     }
 
     var isActive: Bool { channel.isActive }
