@@ -6,7 +6,8 @@ import NIOSSL
 import NIOTLS
 
 /// One HTTP/2 connection of an `HTTP2ConnectionPool`: a channel whose pipeline is, for TLS,
-/// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), then NIOHTTP2's
+/// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), a
+/// `FlushCoalescingHandler` (the streams' flushes of one loop turn as one), then NIOHTTP2's
 /// `NIOHTTP2Handler` with its inline stream multiplexer, then an `HTTP2ConnectionHandler` that
 /// hears the connection's own frames (SETTINGS, GOAWAY, PING). Over TLS the HTTP/2 handlers are
 /// added once ALPN has chosen `h2`; cleartext is prior knowledge (h2c), from the first byte.
@@ -73,6 +74,8 @@ struct HTTP2Connection: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     try endpoint.addTLSHandlers(to: pipeline)
+                    // NIOHTTP2's handler goes in after this one (before `HTTP2ConnectionHandler`).
+                    try pipeline.addHandler(FlushCoalescingHandler())
                     let handler = HTTP2ConnectionHandler(ready: ready, configuration: configuration, events: events,
                                                          multiplexer: box, isTLS: endpoint.tls != nil)
                     try pipeline.addHandler(handler)

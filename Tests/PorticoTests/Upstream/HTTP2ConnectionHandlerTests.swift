@@ -57,3 +57,60 @@ struct HTTP2ConnectionHandlerTests {
         #expect(frames.firstIndex { $0.type == 0x8 } == 1, "right after SETTINGS")
     }
 }
+
+/// `FlushCoalescingHandler` on an `EmbeddedChannel`: flushes within one turn of the loop leave as
+/// one, once the loop runs its queued tasks (`run()`); a close flushes first.
+@Suite("HTTP/2 connection flush coalescing")
+struct FlushCoalescingHandlerTests {
+    /// Counts the flushes that reach the socket's end.
+    final class FlushCounter: ChannelOutboundHandler {
+        typealias OutboundIn = IOData
+        var flushes = 0
+        func flush(context: ChannelHandlerContext) {
+            flushes += 1
+            context.flush()
+        }
+    }
+
+    static func channel() throws -> (EmbeddedChannel, FlushCounter) {
+        let channel = EmbeddedChannel()
+        let counter = FlushCounter()
+        try channel.pipeline.syncOperations.addHandler(counter)
+        try channel.pipeline.syncOperations.addHandler(FlushCoalescingHandler())
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 80)).wait()
+        return (channel, counter)
+    }
+
+    static func write(_ text: String, to channel: EmbeddedChannel) {
+        channel.pipeline.writeAndFlush(IOData.byteBuffer(ByteBuffer(string: text)), promise: nil)
+    }
+
+    @Test("three streams' flushes in one turn reach the socket as one flush, after the turn")
+    func coalesces() throws {
+        let (channel, counter) = try Self.channel()
+        defer { _ = try? channel.finish() }
+        for text in ["a", "b", "c"] { Self.write(text, to: channel) }
+        #expect(counter.flushes == 0)
+        #expect(try channel.readOutbound(as: IOData.self) == nil, "nothing leaves before the turn ends")
+        channel.embeddedEventLoop.run()
+        #expect(counter.flushes == 1)
+        var sent = ""
+        while case .byteBuffer(let buffer)? = try channel.readOutbound(as: IOData.self) { sent += String(buffer: buffer) }
+        #expect(sent == "abc")
+        // The next turn's flush is its own.
+        Self.write("d", to: channel)
+        channel.embeddedEventLoop.run()
+        #expect(counter.flushes == 2)
+    }
+
+    @Test("a close right after a write flushes it first: nothing written before the close is dropped")
+    func flushesBeforeClose() throws {
+        let (channel, counter) = try Self.channel()
+        Self.write("goaway", to: channel)
+        channel.close(promise: nil)
+        #expect(counter.flushes == 1)
+        var sent = ""
+        while case .byteBuffer(let buffer)? = try channel.readOutbound(as: IOData.self) { sent += String(buffer: buffer) }
+        #expect(sent == "goaway")
+    }
+}
