@@ -217,6 +217,8 @@ let package = Package(
                 // The handlers' tests drive a pipeline without sockets (`EmbeddedChannel`).
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                // The HTTP/2 connection handler's tests name its multiplexer's type.
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             ],
             swiftSettings: strict
         ),

@@ -7,7 +7,8 @@ import NIOTLS
 import Synchronization
 
 /// One HTTP/2 connection of an `HTTP2ConnectionPool`: a channel whose pipeline is, for TLS,
-/// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), then NIOHTTP2's
+/// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), a
+/// `FlushCoalescingHandler` (the streams' flushes of one loop turn as one), then NIOHTTP2's
 /// `NIOHTTP2Handler` with its inline stream multiplexer, then an `HTTP2ConnectionHandler` that
 /// hears the connection's own frames (SETTINGS, GOAWAY, PING). Over TLS the HTTP/2 handlers are
 /// added once ALPN has chosen `h2`; cleartext is prior knowledge (h2c), from the first byte.
@@ -66,8 +67,12 @@ struct HTTP2Connection: Sendable {
     /// What one stream may have in flight towards Portico before it reads: with the relay's
     /// own watermark, the memory a slow client's stream costs, whatever the body's size.
     static let streamWindow = 256 * 1024
-    /// The connection's window: room for several streams at full speed at once.
+    /// The connection's window: room for several streams at full speed at once, and the bound on
+    /// what all the connection's streams together may have in flight towards Portico. Sent as a
+    /// WINDOW_UPDATE right after our SETTINGS.
     static let connectionWindow = 4 * 1024 * 1024
+    /// Every window's size before SETTINGS or WINDOW_UPDATE change it (RFC 9113 §6.9.2).
+    static let defaultWindow = 65_535
     static let maxHeaderListSize = 64 * 1024
 
     /// NIOHTTP2's limits on what a hostile upstream can make Portico hold or do, set here
@@ -124,6 +129,8 @@ struct HTTP2Connection: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     try endpoint.addTLSHandlers(to: pipeline)
+                    // NIOHTTP2's handler goes in after this one (before `HTTP2ConnectionHandler`).
+                    try pipeline.addHandler(FlushCoalescingHandler())
                     let handler = HTTP2ConnectionHandler(ready: ready, configuration: configuration, events: events,
                                                          multiplexer: box, failure: failure, isTLS: endpoint.tls != nil)
                     try pipeline.addHandler(handler)
@@ -152,37 +159,51 @@ struct HTTP2Connection: Sendable {
         return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams, failure: failure)
     }
 
-    /// A new stream channel, set up as a one-exchange `HTTP1Connection`.
+    /// A new stream channel, set up as a one-exchange `HTTP1Connection`. On the connection's
+    /// loop (where the pool calls it) without a suspension: NIOHTTP2 creates and activates the
+    /// stream within the call (its initializer here is synchronous), so the exchange's write
+    /// follows in the same turn of the loop.
     nonisolated(nonsending) func openStream(isTLS: Bool) async throws -> HTTP1Connection {
-        let channel = self.channel
-        let box = self.multiplexer
-        let promise = channel.eventLoop.makePromise(of: HTTP1Connection.self)
-        let start: @Sendable () -> Void = {
-            guard let multiplexer = box.value, channel.isActive else {
-                promise.fail(HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed")))
-                return
-            }
-            let created = channel.eventLoop.makePromise(of: (any Channel).self)
-            let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
-                                                                                  eventLoop: channel.eventLoop)
-            multiplexer.createStreamChannel(promise: created) { stream in
-                stream.eventLoop.makeCompletedFuture {
-                    let pipeline = stream.pipeline.syncOperations
-                    try pipeline.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: isTLS ? .https : .http))
-                    let handler = HTTP1ExchangeHandler(ready: stream.eventLoop.makePromise(), awaitsHandshake: false)
-                    try pipeline.addHandler(handler)
-                    handlerBox.value = handler
-                }
-            }
-            created.futureResult.whenComplete { result in
-                switch result {
-                case .success(let stream): promise.succeed(HTTP1Connection(channel: stream, handler: handlerBox))
-                case .failure(let error): promise.fail(HTTP2StreamRefused.from(error) ?? error)
-                }
+        let eventLoop = channel.eventLoop
+        guard eventLoop.inEventLoop else {
+            return try await eventLoop.flatSubmit { self.startStream(isTLS: isTLS).opened }.get()
+        }
+        let start = startStream(isTLS: isTLS)
+        if let outcome = start.outcome { return try outcome.get() }
+        return try await start.opened.get()
+    }
+
+    /// Creates the stream channel, on the loop. `outcome`: known at once (the usual case).
+    private func startStream(isTLS: Bool) -> (outcome: Result<HTTP1Connection, any Error>?, opened: EventLoopFuture<HTTP1Connection>) {
+        let eventLoop = channel.eventLoop
+        let promise = eventLoop.makePromise(of: HTTP1Connection.self)
+        guard let multiplexer = multiplexer.value, channel.isActive else {
+            let refused = HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed"))
+            promise.fail(refused)
+            return (.failure(refused), promise.futureResult)
+        }
+        let created = eventLoop.makePromise(of: (any Channel).self)
+        let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
+                                                                              eventLoop: eventLoop)
+        multiplexer.createStreamChannel(promise: created) { stream in
+            stream.eventLoop.makeCompletedFuture {
+                let pipeline = stream.pipeline.syncOperations
+                try pipeline.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: isTLS ? .https : .http))
+                let handler = HTTP1ExchangeHandler(ready: stream.eventLoop.makePromise(), awaitsHandshake: false)
+                try pipeline.addHandler(handler)
+                handlerBox.value = handler
             }
         }
-        if channel.eventLoop.inEventLoop { start() } else { channel.eventLoop.execute(start) }
-        return try await promise.futureResult.get()
+        var outcome: Result<HTTP1Connection, any Error>?
+        created.futureResult.assumeIsolated().whenComplete { result in  // runs at once if already complete
+            let opened: Result<HTTP1Connection, any Error> = switch result {
+            case .success(let stream): .success(HTTP1Connection(channel: stream, handler: handlerBox))
+            case .failure(let error): .failure(HTTP2StreamRefused.from(error) ?? error)
+            }
+            outcome = opened
+            promise.completeWith(opened)
+        }
+        return (outcome, promise.futureResult)
     }
 
     var isActive: Bool { channel.isActive }

@@ -177,6 +177,13 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             try context.pipeline.syncOperations.addHandler(handler, position: .before(self))
             started = true
             multiplexer.value = try handler.syncMultiplexer()
+            // The connection's window starts at RFC 9113's 65,535 bytes and NIOHTTP2 raises it to
+            // its target only once DATA arrives: a burst of responses would stall on it for a
+            // round trip. Opened whole at once, right after the preface and our SETTINGS.
+            let increment = HTTP2Connection.connectionWindow - HTTP2Connection.defaultWindow
+            context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream,
+                                                             payload: .windowUpdate(windowSizeIncrement: increment))),
+                                  promise: nil)
         } catch {
             fail(error)
             context.close(promise: nil)

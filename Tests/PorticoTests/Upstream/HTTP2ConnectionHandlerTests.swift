@@ -1,0 +1,116 @@
+import NIOCore
+import NIOEmbedded
+import NIOHTTP2
+import Testing
+@testable import Portico
+
+/// `HTTP2ConnectionHandler` starting HTTP/2 on a cleartext connection (prior knowledge), on an
+/// `EmbeddedChannel`: what it sends first is read back as bytes and parsed here by hand, as a
+/// peer would read it (RFC 9113 §3.4, §4.1), not through NIOHTTP2.
+@Suite("HTTP/2 connection handler")
+struct HTTP2ConnectionHandlerTests {
+    struct Frame {
+        var type: UInt8
+        var stream: UInt32
+        var payload: ByteBuffer
+    }
+
+    /// Connects a channel with the handler and returns the bytes it wrote: the client preface, then frames.
+    static func opening() throws -> (preface: String?, frames: [Frame], channel: EmbeddedChannel) {
+        let channel = EmbeddedChannel()
+        let box = NIOLoopBoundBox.makeEmptyBox(valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: channel.eventLoop)
+        let handler = HTTP2ConnectionHandler(ready: channel.eventLoop.makePromise(), configuration: HTTP2Config(),
+                                             events: .init(settings: { _ in }, goAway: {}), multiplexer: box, isTLS: false)
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 80)).wait()
+        var bytes = ByteBuffer()
+        while var part = try channel.readOutbound(as: ByteBuffer.self) { bytes.writeBuffer(&part) }
+        let preface = bytes.readString(length: 24)
+        var frames: [Frame] = []
+        while bytes.readableBytes >= 9, let high = bytes.readInteger(as: UInt8.self), let low = bytes.readInteger(as: UInt16.self),
+              let type = bytes.readInteger(as: UInt8.self), let _ = bytes.readInteger(as: UInt8.self),
+              let stream = bytes.readInteger(as: UInt32.self), let payload = bytes.readSlice(length: Int(high) << 16 | Int(low)) {
+            frames.append(Frame(type: type, stream: stream & 0x7fff_ffff, payload: payload))
+        }
+        return (preface, frames, channel)
+    }
+
+    @Test("the connection opens with our SETTINGS, then a WINDOW_UPDATE that takes the connection's window to 4 MiB at once")
+    func opensTheConnectionWindow() throws {
+        let (preface, frames, channel) = try Self.opening()
+        // Closing fails the pending connect (its promise must not be left unfulfilled).
+        defer { _ = try? channel.finish() }
+        #expect(preface == "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        #expect(frames.first?.type == 0x4, "SETTINGS first")
+        var settings: [UInt16: UInt32] = [:]
+        if var payload = frames.first?.payload {
+            while let id = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) { settings[id] = value }
+        }
+        // ENABLE_PUSH 0, MAX_CONCURRENT_STREAMS 0 (none from the server), INITIAL_WINDOW_SIZE 256 KiB, MAX_HEADER_LIST_SIZE 64 KiB.
+        #expect(settings == [0x2: 0, 0x3: 0, 0x4: 256 * 1024, 0x6: 64 * 1024])
+        // Without it the upstream may send only 65,535 bytes on the whole connection until its first DATA is answered.
+        let updates = frames.filter { $0.type == 0x8 && $0.stream == 0 }
+        #expect(updates.count == 1)
+        var update = updates.first?.payload
+        let increment = update?.readInteger(as: UInt32.self).map { $0 & 0x7fff_ffff }
+        #expect(increment.map { 65_535 + Int($0) } == 4 * 1024 * 1024)
+        #expect(frames.firstIndex { $0.type == 0x8 } == 1, "right after SETTINGS")
+    }
+}
+
+/// `FlushCoalescingHandler` on an `EmbeddedChannel`: flushes within one turn of the loop leave as
+/// one, once the loop runs its queued tasks (`run()`); a close flushes first.
+@Suite("HTTP/2 connection flush coalescing")
+struct FlushCoalescingHandlerTests {
+    /// Counts the flushes that reach the socket's end.
+    final class FlushCounter: ChannelOutboundHandler {
+        typealias OutboundIn = IOData
+        var flushes = 0
+        func flush(context: ChannelHandlerContext) {
+            flushes += 1
+            context.flush()
+        }
+    }
+
+    static func channel() throws -> (EmbeddedChannel, FlushCounter) {
+        let channel = EmbeddedChannel()
+        let counter = FlushCounter()
+        try channel.pipeline.syncOperations.addHandler(counter)
+        try channel.pipeline.syncOperations.addHandler(FlushCoalescingHandler())
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 80)).wait()
+        return (channel, counter)
+    }
+
+    static func write(_ text: String, to channel: EmbeddedChannel) {
+        channel.pipeline.writeAndFlush(IOData.byteBuffer(ByteBuffer(string: text)), promise: nil)
+    }
+
+    @Test("three streams' flushes in one turn reach the socket as one flush, after the turn")
+    func coalesces() throws {
+        let (channel, counter) = try Self.channel()
+        defer { _ = try? channel.finish() }
+        for text in ["a", "b", "c"] { Self.write(text, to: channel) }
+        #expect(counter.flushes == 0)
+        #expect(try channel.readOutbound(as: IOData.self) == nil, "nothing leaves before the turn ends")
+        channel.embeddedEventLoop.run()
+        #expect(counter.flushes == 1)
+        var sent = ""
+        while case .byteBuffer(let buffer)? = try channel.readOutbound(as: IOData.self) { sent += String(buffer: buffer) }
+        #expect(sent == "abc")
+        // The next turn's flush is its own.
+        Self.write("d", to: channel)
+        channel.embeddedEventLoop.run()
+        #expect(counter.flushes == 2)
+    }
+
+    @Test("a close right after a write flushes it first: nothing written before the close is dropped")
+    func flushesBeforeClose() throws {
+        let (channel, counter) = try Self.channel()
+        Self.write("goaway", to: channel)
+        channel.close(promise: nil)
+        #expect(counter.flushes == 1)
+        var sent = ""
+        while case .byteBuffer(let buffer)? = try channel.readOutbound(as: IOData.self) { sent += String(buffer: buffer) }
+        #expect(sent == "goaway")
+    }
+}
