@@ -20,7 +20,8 @@ struct HTTP2ConnectionHandlerTests {
         let channel = EmbeddedChannel()
         let box = NIOLoopBoundBox.makeEmptyBox(valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: channel.eventLoop)
         let handler = HTTP2ConnectionHandler(ready: channel.eventLoop.makePromise(), configuration: HTTP2Config(),
-                                             events: .init(settings: { _ in }, goAway: {}), multiplexer: box, isTLS: false)
+                                             events: .init(settings: { _ in }, goAway: {}), multiplexer: box,
+                                             failure: HTTP2Connection.Failure(), isTLS: false)
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 80)).wait()
         var bytes = ByteBuffer()
