@@ -162,6 +162,7 @@ final class NIOUpstream: UpstreamClient {
             context.stats.update { values in
                 values.extra.removeAll { $0.0 == "upstream_protocol" }
                 values.extra.append(("upstream_protocol", spoken))
+                values[AttemptSpokeHTTP2.self] = spoken == "h2"
             }
         }
         var exchange = HTTP1Exchange(head: head, body: body, upload: upload, limit: limit,

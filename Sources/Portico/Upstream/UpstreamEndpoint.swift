@@ -17,12 +17,12 @@ public struct UpstreamEndpoint: Responder {
         var failure: String?
         defer {
             let elapsed = start.duration(to: context.clock.now)
-            // The protocol this attempt went out on: `NIOUpstream` says `h2` in the access log's
-            // field on upstreams that may speak HTTP/2; everything else is HTTP/1.1.
+            // The protocol this attempt went out on: `NIOUpstream` records it for each attempt on
+            // an upstream that may speak HTTP/2; everything else is HTTP/1.1.
             let http2 = context.stats.update { stats in
                 stats.upstreamDuration += elapsed
                 stats.attempts += 1
-                return stats.extra.contains { $0.0 == "upstream_protocol" && $0.1 == "h2" }
+                return metrics.mayUseHTTP2 && stats[AttemptSpokeHTTP2.self] == true
             }
             metrics.record(elapsed, failure: failure, http2: http2)
         }
@@ -62,10 +62,20 @@ public final class UpstreamMetrics: Sendable {
                                                     dimensions: [("upstream", upstream), ("protocol", "http2")], factory: factory) : nil
     }
 
+    /// Whether the upstream may speak HTTP/2 (`protocol: http2 | auto`): its attempts say which they used.
+    var mayUseHTTP2: Bool { http2Duration != nil }
+
     func record(_ elapsed: Duration, failure: String?, http2: Bool = false) {
         let http2 = http2 && http2Duration != nil
         ((http2 ? http2Duration : nil) ?? http1Duration).recordNanoseconds(GatewayMetrics.nanoseconds(elapsed))
         guard let failure else { return }
         errors.increment([("upstream", upstream), ("protocol", http2 ? "http2" : "http1"), ("kind", failure)])
     }
+}
+
+/// Whether an upstream attempt went out on HTTP/2: written by `NIOUpstream` for each attempt on an
+/// upstream that may speak it (and by any client that does), read by `UpstreamEndpoint` for the
+/// metrics' `protocol` label.
+public enum AttemptSpokeHTTP2: RequestStatsKey {
+    public typealias Value = Bool
 }

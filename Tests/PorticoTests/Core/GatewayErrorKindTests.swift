@@ -111,11 +111,16 @@ struct GatewayErrorKindTests {
 /// An upstream whose every exchange fails with `failure`.
 private struct FailingUpstream: UpstreamClient {
     let failure: UpstreamError
-    /// The access log's `upstream_protocol`, as `NIOUpstream` sets it (nil: not set, as on HTTP/1.1 upstreams).
+    /// The access log's `upstream_protocol` and `AttemptSpokeHTTP2`, as `NIOUpstream` sets them (nil: not set, as on HTTP/1.1 upstreams).
     var spoken: String?
     var config: UpstreamConfig { UpstreamConfig(name: "orders", url: URL(string: "http://127.0.0.1:1")!) }
     func send(_ request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
-        if let spoken { context.stats.update { $0.extra.append(("upstream_protocol", spoken)) } }
+        if let spoken {
+            context.stats.update { stats in
+                stats.extra.append(("upstream_protocol", spoken))
+                stats[AttemptSpokeHTTP2.self] = spoken == "h2"
+            }
+        }
         throw failure.gatewayError(upstream: config.name)
     }
     func shutdown() async {}
