@@ -20,6 +20,8 @@ import Synchronization
 /// caller gets `.timeout` (a late reply is then read and dropped, the connection kept).
 public final class RedisConnectionPool: Sendable {
     public let configuration: RedisConfiguration
+    private let sslContext: NIOSSLContext?
+    private let logger: Logger
     private let lanes: [RedisConnectionLane]
     /// Loop identity → lane (built once, read-only afterwards).
     private let laneIndex: [ObjectIdentifier: Int]
@@ -28,10 +30,16 @@ public final class RedisConnectionPool: Sendable {
 
     /// `sslContext` is made once here from `configuration.tls` (it parses certificates).
     /// `configuration.connections` is spread over the group's loops, at least one each.
-    public init(configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-                logger: Logger = Logger(label: "redis", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
-        self.configuration = configuration
+    public convenience init(configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+                            logger: Logger = Logger(label: "redis", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         let sslContext = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
+        self.init(configuration: configuration, sslContext: sslContext, eventLoopGroup: eventLoopGroup, logger: logger)
+    }
+
+    private init(configuration: RedisConfiguration, sslContext: NIOSSLContext?, eventLoopGroup: any EventLoopGroup, logger: Logger) {
+        self.configuration = configuration
+        self.sslContext = sslContext
+        self.logger = logger
         let loops = Array(eventLoopGroup.makeIterator())
         let perLoop = Self.connectionsPerLoop(configuration.connections, loops: loops.count)
         lanes = loops.map {
@@ -40,6 +48,15 @@ public final class RedisConnectionPool: Sendable {
         var index: [ObjectIdentifier: Int] = [:]
         for (position, loop) in loops.enumerated() { index[ObjectIdentifier(loop)] = position }
         laneIndex = index
+    }
+
+    /// Another pool to the same server with this one's TLS context (its certificates are not
+    /// read again, and it cannot fail): for a connection of its own, such as one whose blocked
+    /// reads must not hold up this pool's pipelined commands. `adjust` changes what differs.
+    public func sibling(on eventLoopGroup: any EventLoopGroup, adjust: (inout RedisConfiguration) -> Void) -> RedisConnectionPool {
+        var configuration = self.configuration
+        adjust(&configuration)
+        return RedisConnectionPool(configuration: configuration, sslContext: sslContext, eventLoopGroup: eventLoopGroup, logger: logger)
     }
 
     /// `connections` over `loops`, rounded up, at least one per loop.

@@ -14,7 +14,7 @@ extension ProviderLimiter {
         var windowSaid = false
         /// `limit` is this gateway's guess, the provider never having said one (it sends only
         /// `Retry-After`): what it served in the window it refused in (counting the answers of
-        /// requests already on their way then), raised a tenth after four windows in a row
+        /// requests already on their way then), raised by one after four windows in a row
         /// filled without a refusal, so a guess too low grows and one too high meets a 429.
         var limitGuessed = false
         /// Successful answers in this window (or, before a first guess, since the start), for that guess.
@@ -69,7 +69,10 @@ extension ProviderLimiter {
             if limitGuessed, remaining == 0, !refusedInWindow {
                 filledWindows += 1
                 if filledWindows >= 4 {
-                    limit += max(1, limit / 10)
+                    // One more, not a share more: a probe past the provider's real budget then
+                    // costs one refusal, the request that starts the hold; two or more would
+                    // send the rest of the probe into a pause the provider has announced.
+                    limit += 1
                     self.limit = limit
                     filledWindows = 0
                 }

@@ -33,7 +33,7 @@ final class RedisProviderBudgets: Sendable {
           if b.guessed and b.remaining == 0 and not b.refused then
             b.filled = (b.filled or 0) + 1
             if b.filled >= 4 then
-              b.limit = b.limit + math.max(1, math.floor(b.limit / 10)); b.filled = nil
+              b.limit = b.limit + 1; b.filled = nil
             end
           elseif b.refused then
             b.filled = nil

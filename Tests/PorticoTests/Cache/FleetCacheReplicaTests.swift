@@ -272,6 +272,34 @@ struct FleetCacheReplicaTests {
         await fleet.stop()
     }
 
+    /// Starts from many tasks at once: the server sees one listener connection (the feed's
+    /// name), and `stop` closes it. `start` decides and opens under one lock, so a racing call
+    /// cannot make a second pool that nobody shuts down.
+    @Test("starts racing one another leave one listener connection, and stop closes it")
+    func racingStarts() async throws {
+        let fleet = try await Fleet()
+        let b = try fleet.replica(clock: clock)
+        let tiers = try #require(b.tiers)
+        let feed = CacheInvalidationFeed(tier: tiers.fleet, memory: tiers.memory, metrics: CacheMetrics(cache: "test"),
+                                         block: .seconds(60), retryInterval: .seconds(3600), logger: Self.logger)
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<16 { group.addTask { feed.start() } }
+        }
+        try await Eventually.wait(timeout: .seconds(30), "the feed to find the stream's end") { feed.following }
+        #expect(try await listeners(fleet) == 1)
+        await feed.stop()
+        try await Eventually.wait(timeout: .seconds(30), "the listener's connection to close") {
+            (try? await listeners(fleet)) == 0
+        }
+        await fleet.stop()
+    }
+
+    /// The feed's connections the server knows (`CLIENT LIST`, by the name the feed gives them).
+    private func listeners(_ fleet: Fleet) async throws -> Int {
+        let list = try await fleet.pool.send(["CLIENT", "LIST"]).string ?? ""
+        return list.split(separator: "\n").filter { $0.contains("name=portico-cache-feed ") }.count
+    }
+
     @Test("an invalidation on one replica reaches another's memory through the event stream")
     func invalidationFeed() async throws {
         let fleet = try await Fleet()

@@ -168,7 +168,7 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now) == .reserved(at: holdEnd.advanced(by: .seconds(1)), window: 2))
         limits.release("", window: 2)
         for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
-        // Four windows in a row filled without a refusal raise the guess by at least one.
+        // Four windows in a row filled without a refusal raise the guess by one.
         for _ in 0..<3 {
             clock.advance(by: .seconds(1))
             for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
@@ -191,6 +191,27 @@ struct ProviderLimiterTests {
         // A provider that states its limit replaces the guess.
         await limits.observe("", status: 200, fields: fields([("X-RateLimit-Limit", "50"), ("X-RateLimit-Remaining", "40")]))
         #expect(limits.report().first?.limit == 50)
+    }
+
+    /// A probe past the real budget costs one refusal, the one that starts the hold: a guess of
+    /// 20 grows to 21, not 22, so no second request of the probe reaches a paused provider.
+    @Test("a guessed budget grows by one request, not by a share, after four windows filled without a refusal")
+    func guessGrowsByOne() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        for _ in 0..<21 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<20 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        #expect(limits.report().first?.limit == 20)
+        for round in 0..<5 {
+            clock.advance(by: .seconds(1))
+            let allowed = round < 4 ? 20 : 21
+            for _ in 0..<allowed { #expect(limits.decide("", at: clock.now).isGo, "round \(round)") }
+            let over = limits.decide("", at: clock.now)
+            #expect(over.isGo == false, "round \(round): one more than \(allowed) went")
+            if let window = over.window { limits.release("", window: window) }
+            for _ in 0..<allowed { await limits.observe("", status: 200, fields: HTTPFields()) }
+        }
+        #expect(limits.report().first?.limit == 21)
     }
 
     @Test("scopes are separate: one API key's spent budget does not hold another's")

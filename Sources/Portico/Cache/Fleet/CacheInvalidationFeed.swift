@@ -44,21 +44,19 @@ final class CacheInvalidationFeed: Sendable {
         self.logger = logger
     }
 
+    /// Opens the feed's connection and starts following. A second call (or one racing the
+    /// first) finds it running and does nothing: there is only ever one listener to shut down.
     func start() {
-        guard running.withLock({ $0 == nil }) else { return }  // started already: no second connection made
-        var configuration = tier.backend.config.redisConfiguration
-        configuration.connections = 1
-        configuration.commandTimeout = .nanoseconds(GatewayMetrics.nanoseconds(block)) + configuration.connectTimeout
-        configuration.clientName = "portico-cache-feed"
-        // One loop: the listener's one connection, whichever thread starts a read.
-        guard let listener = try? RedisConnectionPool(configuration: configuration,
-                                                       eventLoopGroup: MultiThreadedEventLoopGroup.singleton.next(),
-                                                       logger: logger) else {
-            logger.error("fleet cache: cannot open the invalidation feed's connection (TLS settings)")
-            return
-        }
         running.withLock { running in
             guard running == nil else { return }
+            // One loop: the listener's one connection, whichever thread starts a read. The
+            // store's TLS context is shared, not made again.
+            let block = block, retryInterval = retryInterval
+            let listener = tier.backend.pool.sibling(on: MultiThreadedEventLoopGroup.singleton.next()) { configuration in
+                configuration.connections = 1
+                configuration.commandTimeout = .nanoseconds(GatewayMetrics.nanoseconds(block)) + configuration.connectTimeout
+                configuration.clientName = "portico-cache-feed"
+            }
             let task = Task { [self] in
                 while !Task.isCancelled {
                     if await !poll(waiting: block, on: listener) {
