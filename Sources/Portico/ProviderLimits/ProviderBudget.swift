@@ -13,16 +13,19 @@ extension ProviderLimiter {
         var window: Duration?
         var windowSaid = false
         /// `limit` is this gateway's guess, the provider never having said one (it sends only
-        /// `Retry-After`): what it served in the window it refused in (counting the answers of
-        /// requests already on their way then), raised by one after four windows in a row
-        /// filled without a refusal, so a guess too low grows and one too high meets a 429.
+        /// `Retry-After`): what it served in the last window it refused in — the successes of the
+        /// requests that went in that window, whenever their answers come (a 429 may be the first),
+        /// so never more than went — raised by one after four windows in a row filled without a
+        /// refusal, so a guess too low grows and one too high meets a 429.
         var limitGuessed = false
-        /// Successful answers in this window (or, before a first guess, since the start), for that guess.
-        var servedInWindow = 0
-        /// Requests in flight when the provider refused: their successes still count.
-        var lateAnswers = 0
-        /// The provider refused in the current window; windows filled without a refusal in a row.
-        var refusedInWindow = false
+        /// Successful answers by the window their request went in (this one and the last; before
+        /// a first guess all went in window 0, since the start), for that guess.
+        var served: [Int: Int] = [:]
+        /// The last window a request went in that a provider silent about its budget refused.
+        var refusedWindow: Int?
+        /// Requests that went in this window. A guess can fall below what was booked under it:
+        /// a window then sends the guess, and its reservations beyond move to the next window.
+        var sent = 0
         var filledWindows = 0
         var hold: ContinuousClock.Instant?
         var inFlight = 0
@@ -66,7 +69,8 @@ extension ProviderLimiter {
         /// still unclaimed are late, and no longer hold its budget).
         mutating func nextWindow() {
             guard var limit else { return }
-            if limitGuessed, remaining == 0, !refusedInWindow {
+            let refused = refusedWindow == windowNumber
+            if limitGuessed, sent >= limit, !refused {
                 filledWindows += 1
                 if filledWindows >= 4 {
                     // One more, not a share more: a probe past the provider's real budget then
@@ -76,12 +80,12 @@ extension ProviderLimiter {
                     self.limit = limit
                     filledWindows = 0
                 }
-            } else if refusedInWindow {
+            } else if refused {
                 filledWindows = 0
             }
-            refusedInWindow = false
-            servedInWindow = 0
+            sent = 0
             windowNumber += 1
+            served = served.filter { $0.key >= windowNumber - 1 }
             due = booked.removeValue(forKey: windowNumber) ?? 0
             remaining = max(0, limit - due)
         }

@@ -9,38 +9,45 @@ import RedisClient
 final class RedisProviderBudgets: Sendable {
     let backend: RedisBucketStore
     let upstream: String
+    /// How far ahead of the server's clock the script's runs: a test's manual time, never set in
+    /// production (the last argument of every call).
+    private let ahead: @Sendable () -> Duration
 
-    init(backend: RedisBucketStore, upstream: String) {
+    init(backend: RedisBucketStore, upstream: String, ahead: @escaping @Sendable () -> Duration = { .zero }) {
         self.backend = backend
         self.upstream = upstream
+        self.ahead = ahead
     }
 
-    /// `KEYS[1]` the scope's hash; `ARGV[1]` the operation; the rest as each op says. Returns
-    /// `{kind, micros, window}`: 0 go, 1 wait that long then ask again, 2 a slot in window
+    /// `KEYS[1]` the scope's hash; `ARGV[1]` the operation; the rest as each op says, the last
+    /// microseconds to add to the server's clock (`ahead`). Returns `{kind, micros, window}`:
+    /// 0 go in window number `window`, 1 wait that long then ask again, 2 a slot in window
     /// number `window`, expected to begin that far ahead. Fields: `wnum` the window's number,
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
-    /// window not yet claimed, `served`, `guessed`, `late`, `refused` and `filled` for a provider silent about its budget
-    /// (as `ProviderLimiter.Budget`).
+    /// window not yet claimed, `sent` those gone in it; `srvN` the successes of requests that went
+    /// in window N, `refw` the last window a silent provider refused in, `guessed` and `filled`
+    /// for a provider silent about its budget (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
         local clock = redis.call('TIME')
-        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2]) + tonumber(ARGV[#ARGV])
         local flat = redis.call('HGETALL', KEYS[1])
         local b = {}
         for i = 1, #flat, 2 do b[flat[i]] = tonumber(flat[i + 1]) end
         local function nextWindow()
           if not b.limit then return end
-          if b.guessed and b.remaining == 0 and not b.refused then
+          local refused = b.refw == (b.wnum or 0)
+          if b.guessed and (b.sent or 0) >= b.limit and not refused then
             b.filled = (b.filled or 0) + 1
             if b.filled >= 4 then
               b.limit = b.limit + 1; b.filled = nil
             end
-          elseif b.refused then
+          elseif refused then
             b.filled = nil
           end
-          b.refused = nil
-          b.served = nil
+          b.sent = nil
           b.wnum = (b.wnum or 0) + 1
+          b['srv' .. (b.wnum - 2)] = nil
           b.due = b['slot' .. b.wnum] or 0
           b['slot' .. b.wnum] = nil
           b.remaining = math.max(0, b.limit - b.due)
@@ -79,6 +86,8 @@ final class RedisProviderBudgets: Sendable {
             if b.remaining > 0 then
               b.remaining = b.remaining - 1
               b.inflight = (b.inflight or 0) + 1
+              b.sent = (b.sent or 0) + 1
+              result = {0, 0, b.wnum or 0}
             elseif b.limit and b.limit > 0 and b.reset and b.window and b.window > 0 then
               local number = (b.wnum or 0) + 1
               while (b['slot' .. number] or 0) >= b.limit do number = number + 1 end
@@ -89,18 +98,38 @@ final class RedisProviderBudgets: Sendable {
             end
           else
             b.inflight = (b.inflight or 0) + 1
+            b.sent = (b.sent or 0) + 1
+            result = {0, 0, b.wnum or 0}
           end
         elseif op == 'claim' then
           local number = tonumber(ARGV[2])
           if number > (b.wnum or 0) and start(number) then
             result = {2, math.max(0, start(number) - now), number}
           else
-            if number == (b.wnum or 0) and (b.due or 0) > 0 then b.due = b.due - 1 end
+            local due = number == (b.wnum or 0) and (b.due or 0) > 0
+            if due then b.due = b.due - 1 end
             if b.hold then
-              if b.remaining then b.remaining = b.remaining + 1 end
+              if due and b.remaining and b.refw ~= (b.wnum or 0) then b.remaining = b.remaining + 1 end
               result = {1, b.hold - now, 0}
             else
-              b.inflight = (b.inflight or 0) + 1
+              local full = false
+              if b.guessed and b.limit then
+                if due then
+                  full = (b.sent or 0) >= b.limit
+                elseif b.remaining then
+                  if b.remaining > 0 then b.remaining = b.remaining - 1 else full = true end
+                end
+              end
+              local nextAt = start((b.wnum or 0) + 1)
+              if full and nextAt then
+                local slot = 'slot' .. ((b.wnum or 0) + 1)
+                b[slot] = (b[slot] or 0) + 1
+                result = {2, math.max(0, nextAt - now), (b.wnum or 0) + 1}
+              else
+                b.inflight = (b.inflight or 0) + 1
+                b.sent = (b.sent or 0) + 1
+                result = {0, 0, b.wnum or 0}
+              end
             end
           end
         elseif op == 'release' then
@@ -117,13 +146,14 @@ final class RedisProviderBudgets: Sendable {
         elseif op == 'observe' then
           local status = tonumber(ARGV[2])
           local remaining, reset, limit, window, retry, hold = arg(3), arg(4), arg(5), arg(6), arg(7), tonumber(ARGV[8])
+          local sentIn = arg(9) or (b.wnum or 0)
           b.inflight = math.max(0, (b.inflight or 0) - 1)
           if limit then b.limit = limit; b.guessed = nil end
-          if b.hold and (b.late or 0) > 0 then
-            b.late = b.late - 1
-            if status >= 200 and status < 300 and b.guessed and b.limit then b.limit = b.limit + 1 end
-          elseif status >= 200 and status < 300 and not b.hold then
-            b.served = (b.served or 0) + 1
+          local silent = remaining == nil and (not b.limit or b.guessed)
+          if status >= 200 and status < 300 and sentIn >= (b.wnum or 0) - 1 then
+            local served = 'srv' .. sentIn
+            b[served] = (b[served] or 0) + 1
+            if silent and sentIn == b.refw then b.limit = b[served]; b.guessed = 1 end
           end
           if window then
             b.window = window; b.said = 1
@@ -149,13 +179,14 @@ final class RedisProviderBudgets: Sendable {
             local untilAt = now + pause
             b.hold = math.max(b.hold or untilAt, untilAt)
             if status == 429 then
-              if remaining == nil and (not b.limit or b.guessed) and (b.served or 0) > 0 then
-                b.limit = b.served; b.guessed = 1
+              if silent then
                 if not b.said then b.window = math.max(b.window or 0, pause) end
+                if sentIn >= (b.refw or sentIn) then
+                  b.refw = sentIn
+                  local served = b['srv' .. sentIn] or 0
+                  if served > 0 then b.limit = served; b.guessed = 1 end
+                end
               end
-              b.served = nil
-              b.refused = 1
-              b.late = b.inflight
               b.remaining = 0
               b.reset = math.max(b.reset or untilAt, untilAt)
             end
@@ -200,15 +231,18 @@ final class RedisProviderBudgets: Sendable {
         _ = try await run(scope, ["abandon"])
     }
 
-    func observe(_ scope: String, status: Int, _ seen: ProviderLimitObservation, defaultHold: Duration) async throws(RedisError) {
+    /// `window`: the one the request went in (from this store's `decide` or `claim`); nil, the current.
+    func observe(_ scope: String, window: Int?, status: Int, _ seen: ProviderLimitObservation,
+                 defaultHold: Duration) async throws(RedisError) {
         _ = try await run(scope, [
             "observe", String(status), seen.remaining.map(String.init) ?? "-1", Self.micros(seen.reset),
             seen.limit.map(String.init) ?? "-1", Self.micros(seen.window), Self.micros(seen.retryAfter), Self.micros(defaultHold),
+            window.map(String.init) ?? "-1",
         ])
     }
 
     private func run(_ scope: String, _ arguments: [String]) async throws(RedisError) -> [Int64] {
-        let reply = try await backend.evaluate(Self.script, key: key(scope), arguments: arguments)
+        let reply = try await backend.evaluate(Self.script, key: key(scope), arguments: arguments + [Self.micros(ahead())])
         guard let values = reply.array, values.count == 3, let kind = values[0].int, let micros = values[1].int,
               let window = values[2].int else {
             throw RedisError(.protocolViolation, "unexpected reply from the provider limit script")
@@ -221,7 +255,7 @@ final class RedisProviderBudgets: Sendable {
         switch reply[0] {
         case 1: return .waitUntil(at)
         case 2: return .reserved(at: at, window: Int(reply[2]))
-        default: return .go
+        default: return .go(window: Int(reply[2]))
         }
     }
 }
