@@ -26,6 +26,13 @@ extension ProviderLimiter {
         /// Requests that went in this window. A guess can fall below what was booked under it:
         /// a window then sends the guess, and its reservations beyond move to the next window.
         var sent = 0
+        /// When this window's first and last went: how long its burst took to leave.
+        var firstSent: ContinuousClock.Instant?
+        var lastSent: ContinuousClock.Instant?
+        /// What the last window that sent the whole guess without a refusal sent, and the guess
+        /// to return to after a refusal lowered it below that (once, after one full window).
+        var clean: Int?
+        var ceiling: Int?
         var filledWindows = 0
         var hold: ContinuousClock.Instant?
         var inFlight = 0
@@ -70,9 +77,22 @@ extension ProviderLimiter {
         mutating func nextWindow() {
             guard var limit else { return }
             let refused = refusedWindow == windowNumber
+            if limitGuessed, refused {
+                // A count served whole before and refused now: the provider may have lowered its
+                // budget, or (it says nothing of when its window begins) its window began during
+                // our last burst, whose tail it counted with this window's. Try that count again
+                // once, after a full window at the lowered guess.
+                ceiling = clean.flatMap { $0 > limit ? $0 : nil }
+            }
             if limitGuessed, sent >= limit, !refused {
+                clean = sent
                 filledWindows += 1
-                if filledWindows >= 4 {
+                if let ceiling, ceiling > limit {
+                    limit = ceiling
+                    self.limit = limit
+                    self.ceiling = nil
+                    filledWindows = 0
+                } else if filledWindows >= 4 {
                     // One more, not a share more: a probe past the provider's real budget then
                     // costs one refusal, the request that starts the hold; two or more would
                     // send the rest of the probe into a pause the provider has announced.
@@ -84,6 +104,8 @@ extension ProviderLimiter {
                 filledWindows = 0
             }
             sent = 0
+            firstSent = nil
+            lastSent = nil
             windowNumber += 1
             served = served.filter { $0.key >= windowNumber - 1 }
             due = booked.removeValue(forKey: windowNumber) ?? 0
@@ -103,6 +125,14 @@ extension ProviderLimiter {
             guard let reset else { return nil }
             guard number > windowNumber + 1, let window else { return reset }
             return reset.advanced(by: window * (number - windowNumber - 1))
+        }
+
+        /// An attempt goes in this window.
+        mutating func went(at now: ContinuousClock.Instant) {
+            inFlight += 1
+            sent += 1
+            if firstSent == nil { firstSent = now }
+            lastSent = now
         }
 
         var idle: Bool { inFlight == 0 && waiting == 0 && booked.isEmpty && due == 0 }

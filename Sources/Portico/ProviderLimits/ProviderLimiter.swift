@@ -168,7 +168,9 @@ public final class ProviderLimiter: Sendable {
             }
             if budget.limitGuessed, let limit = budget.limit {
                 var full = false
-                if due {
+                if budget.refusedWindow == budget.windowNumber {
+                    full = true   // the provider refused in this window: nothing is left in it
+                } else if due {
                     full = budget.sent >= limit
                 } else if let remaining = budget.remaining {
                     if remaining > 0 { budget.remaining = remaining - 1 } else { full = true }
@@ -179,8 +181,7 @@ public final class ProviderLimiter: Sendable {
                     return .reserved(at: max(start, now), window: next)
                 }
             }
-            budget.inFlight += 1
-            budget.sent += 1
+            budget.went(at: now)
             return .go(window: budget.windowNumber)
         }
     }
@@ -221,8 +222,7 @@ public final class ProviderLimiter: Sendable {
                 }
                 budget.remaining = remaining - 1
             }
-            budget.inFlight += 1
-            budget.sent += 1
+            budget.went(at: now)
             return .go(window: budget.windowNumber)
         }
     }
@@ -336,7 +336,16 @@ public final class ProviderLimiter: Sendable {
                 }
                 // Refused: nothing is left until the hold ends, whatever the headers counted.
                 budget.remaining = 0
-                budget.reset = max(budget.reset ?? until, until)
+                var next = until
+                if silent, budget.limitGuessed, sentIn == budget.windowNumber, budget.windowNumber > 0,
+                   let clean = budget.clean, budget.sent <= clean,
+                   let first = budget.firstSent, let last = budget.lastSent, let window = budget.window {
+                    // A count served whole before is refused: the provider's window likely began
+                    // during our last burst. The next window begins that burst's length after the
+                    // hold, past the provider's next start, so a burst no longer spans two of its windows.
+                    next = until.advanced(by: min(first.duration(to: last), window / 2))
+                }
+                budget.reset = max(budget.reset ?? next, next)
             }
         }
     }

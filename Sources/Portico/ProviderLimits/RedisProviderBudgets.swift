@@ -24,9 +24,10 @@ final class RedisProviderBudgets: Sendable {
     /// 0 go in window number `window`, 1 wait that long then ask again, 2 a slot in window
     /// number `window`, expected to begin that far ahead. Fields: `wnum` the window's number,
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
-    /// window not yet claimed, `sent` those gone in it; `srvN` the successes of requests that went
-    /// in window N, `refw` the last window a silent provider refused in, `guessed` and `filled`
-    /// for a provider silent about its budget (as `ProviderLimiter.Budget`).
+    /// window not yet claimed, `sent` those gone in it (the first at `fsent`, the last at `lsent`);
+    /// `srvN` the successes of requests that went in window N, `refw` the last window a silent
+    /// provider refused in, `guessed`, `filled`, `clean` and `ceil` for a provider silent about
+    /// its budget (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
         local clock = redis.call('TIME')
@@ -37,15 +38,21 @@ final class RedisProviderBudgets: Sendable {
         local function nextWindow()
           if not b.limit then return end
           local refused = b.refw == (b.wnum or 0)
+          if b.guessed and refused then
+            if b.clean and b.clean > b.limit then b.ceil = b.clean else b.ceil = nil end
+          end
           if b.guessed and (b.sent or 0) >= b.limit and not refused then
+            b.clean = b.sent
             b.filled = (b.filled or 0) + 1
-            if b.filled >= 4 then
+            if b.ceil and b.ceil > b.limit then
+              b.limit = b.ceil; b.ceil = nil; b.filled = nil
+            elseif b.filled >= 4 then
               b.limit = b.limit + 1; b.filled = nil
             end
           elseif refused then
             b.filled = nil
           end
-          b.sent = nil
+          b.sent = nil; b.fsent = nil; b.lsent = nil
           b.wnum = (b.wnum or 0) + 1
           b['srv' .. (b.wnum - 2)] = nil
           b.due = b['slot' .. b.wnum] or 0
@@ -72,6 +79,13 @@ final class RedisProviderBudgets: Sendable {
           if number <= (b.wnum or 0) + 1 or not b.window then return b.reset end
           return b.reset + b.window * (number - (b.wnum or 0) - 1)
         end
+        local function went()
+          b.inflight = (b.inflight or 0) + 1
+          b.sent = (b.sent or 0) + 1
+          if not b.fsent then b.fsent = now end
+          b.lsent = now
+          return {0, 0, b.wnum or 0}
+        end
         local function arg(i)
           local v = tonumber(ARGV[i])
           if v == nil or v < 0 then return nil end
@@ -85,9 +99,7 @@ final class RedisProviderBudgets: Sendable {
           elseif b.remaining then
             if b.remaining > 0 then
               b.remaining = b.remaining - 1
-              b.inflight = (b.inflight or 0) + 1
-              b.sent = (b.sent or 0) + 1
-              result = {0, 0, b.wnum or 0}
+              result = went()
             elseif b.limit and b.limit > 0 and b.reset and b.window and b.window > 0 then
               local number = (b.wnum or 0) + 1
               while (b['slot' .. number] or 0) >= b.limit do number = number + 1 end
@@ -97,9 +109,7 @@ final class RedisProviderBudgets: Sendable {
               result = {1, (b.reset or (now + tonumber(ARGV[2]))) - now, 0}
             end
           else
-            b.inflight = (b.inflight or 0) + 1
-            b.sent = (b.sent or 0) + 1
-            result = {0, 0, b.wnum or 0}
+            result = went()
           end
         elseif op == 'claim' then
           local number = tonumber(ARGV[2])
@@ -114,7 +124,9 @@ final class RedisProviderBudgets: Sendable {
             else
               local full = false
               if b.guessed and b.limit then
-                if due then
+                if b.refw == (b.wnum or 0) then
+                  full = true
+                elseif due then
                   full = (b.sent or 0) >= b.limit
                 elseif b.remaining then
                   if b.remaining > 0 then b.remaining = b.remaining - 1 else full = true end
@@ -126,9 +138,7 @@ final class RedisProviderBudgets: Sendable {
                 b[slot] = (b[slot] or 0) + 1
                 result = {2, math.max(0, nextAt - now), (b.wnum or 0) + 1}
               else
-                b.inflight = (b.inflight or 0) + 1
-                b.sent = (b.sent or 0) + 1
-                result = {0, 0, b.wnum or 0}
+                result = went()
               end
             end
           end
@@ -188,7 +198,12 @@ final class RedisProviderBudgets: Sendable {
                 end
               end
               b.remaining = 0
-              b.reset = math.max(b.reset or untilAt, untilAt)
+              local nextAt = untilAt
+              if silent and b.guessed and sentIn == (b.wnum or 0) and (b.wnum or 0) > 0 and b.clean
+                  and (b.sent or 0) <= b.clean and b.fsent and b.lsent and b.window then
+                nextAt = untilAt + math.min(b.lsent - b.fsent, b.window / 2)
+              end
+              b.reset = math.max(b.reset or nextAt, nextAt)
             end
           end
         end

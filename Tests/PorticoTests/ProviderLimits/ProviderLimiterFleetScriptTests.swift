@@ -65,4 +65,49 @@ struct ProviderLimiterFleetScriptTests {
         #expect(went == 4, "window 2 sent \(went) on a guess of 4")
         #expect(moved == [3, 3])
     }
+
+    @Test("a count served whole and then refused is tried again once, after one full window at the lowered guess")
+    func refusedCleanCountIsTriedAgain() async throws {
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
+        store.timeout = .seconds(5)
+        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
+        defer { Task { await stores.shutdown() } }
+        let backend = try #require(stores.backend(named: "fleet"))
+        let clock = ManualClock()
+        let start = clock.now
+        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+        func decide() async throws -> ProviderLimiter.Admission {
+            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
+        }
+        func answer(_ window: Int, _ status: Int) async throws {
+            var fields = HTTPFields()
+            if status == 429 { fields[.retryAfter] = "60" }
+            try await fleet.observe("k", window: window, status: status,
+                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
+        }
+        func went(_ count: Int, in window: Int) async throws {
+            for _ in 0..<count { #expect(try await decide() == .go(window: window)) }
+            let over = try await decide()
+            #expect(over.isGo == false, "more than \(count) went in window \(window)")
+            if let slot = over.window { try await fleet.release("k", window: slot) }
+        }
+
+        for _ in 0..<5 { #expect(try await decide().isGo) }
+        for _ in 0..<4 { try await answer(0, 200) }
+        try await answer(0, 429)
+        clock.advance(by: .seconds(61))
+        try await went(4, in: 1)
+        for _ in 0..<4 { try await answer(1, 200) }
+        clock.advance(by: .seconds(60))
+        try await went(4, in: 2)
+        try await answer(2, 200)
+        for _ in 0..<3 { try await answer(2, 429) }
+        clock.advance(by: .seconds(61))
+        try await went(1, in: 3)
+        try await answer(3, 200)
+        clock.advance(by: .seconds(60))
+        try await went(4, in: 4)
+    }
 }

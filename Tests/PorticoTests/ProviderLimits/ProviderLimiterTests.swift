@@ -234,6 +234,57 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now).isGo == false)
     }
 
+    /// The provider says nothing of when its window begins: a window of ours that begins just
+    /// before one of its own sends a burst whose tail it counts in its next window, and our next
+    /// window, sending the same count, meets a refusal. The guess is what that window got (per
+    /// the rule above), but the count served whole before is tried again once, and our windows
+    /// move past the provider's start by the burst's length.
+    @Test("a count served whole and then refused: the next window begins a burst's length after the hold, and after one full window at the lowered guess the old count is tried again, once")
+    func refusedCleanCountIsTriedAgain() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        for _ in 0..<5 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<4 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        clock.advance(by: .seconds(1))
+        // Window 1 sends the guess of 4, all served.
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<4 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        // Window 2's burst takes 150 ms to leave; the provider serves one and refuses three.
+        clock.advance(by: .seconds(1))
+        for index in 0..<4 {
+            if index > 0 { clock.advance(by: .milliseconds(50)) }
+            #expect(limits.decide("", at: clock.now).isGo)
+        }
+        await limits.observe("", status: 200, fields: HTTPFields())
+        for _ in 0..<3 { await limits.observe("", status: 429, fields: fields([("Retry-After", "1")])) }
+        #expect(limits.report().first?.limit == 1)
+        let holdEnd = clock.now.advanced(by: .seconds(1))
+        let over = limits.decide("", at: holdEnd)
+        #expect(over == .reserved(at: holdEnd.advanced(by: .milliseconds(150)), window: 3))
+        if let window = over.window { limits.release("", window: window) }
+        // Window 3 sends the lowered guess; window 4 the count served whole before.
+        clock.advance(by: .milliseconds(1150))
+        #expect(limits.decide("", at: clock.now).isGo)
+        #expect(limits.decide("", at: clock.now).isGo == false)
+        limits.release("", window: 4)
+        await limits.observe("", status: 200, fields: HTTPFields())
+        clock.advance(by: .seconds(1))
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now).isGo == false)
+        limits.release("", window: 5)
+        // Refused again at that count: the provider did lower its budget; it is not tried a third time.
+        await limits.observe("", status: 200, fields: HTTPFields())
+        for _ in 0..<3 { await limits.observe("", status: 429, fields: fields([("Retry-After", "1")])) }
+        #expect(limits.report().first?.limit == 1)
+        for window in 5...6 {
+            clock.advance(by: .seconds(1))
+            #expect(limits.decide("", at: clock.now).isGo)
+            #expect(limits.decide("", at: clock.now).isGo == false, "window \(window)")
+            limits.release("", window: window + 1)
+            await limits.observe("", status: 200, fields: HTTPFields())
+        }
+    }
+
     /// A probe past the real budget costs one refusal, the one that starts the hold: a guess of
     /// 20 grows to 21, not 22, so no second request of the probe reaches a paused provider.
     @Test("a guessed budget grows by one request, not by a share, after four windows filled without a refusal")
