@@ -33,6 +33,11 @@ extension ProviderLimiter {
         /// to return to after a refusal lowered it below that (once, after one full window).
         var clean: Int?
         var ceiling: Int?
+        /// After a probe's refusal, when the window after the hold's begins: one window after
+        /// the refused one's end, the provider's schedule. The hold runs from the refused
+        /// request, the last of its burst; following it would move our windows later by a
+        /// burst's length each probe, until a burst began just before the provider's window.
+        var anchor: ContinuousClock.Instant?
         var filledWindows = 0
         var hold: ContinuousClock.Instant?
         var inFlight = 0
@@ -64,11 +69,14 @@ extension ProviderLimiter {
                     return
                 }
                 nextWindow()
-                if let window, window > .zero {
+                if let anchor, anchor > reset {
+                    self.reset = anchor
+                } else if let window, window > .zero {
                     self.reset = reset.advanced(by: window)
                 } else {
                     self.reset = nil
                 }
+                anchor = nil
             }
         }
 
@@ -124,6 +132,7 @@ extension ProviderLimiter {
         func start(ofWindow number: Int) -> ContinuousClock.Instant? {
             guard let reset else { return nil }
             guard number > windowNumber + 1, let window else { return reset }
+            if let anchor, anchor > reset { return anchor.advanced(by: window * (number - windowNumber - 2)) }
             return reset.advanced(by: window * (number - windowNumber - 1))
         }
 

@@ -337,13 +337,20 @@ public final class ProviderLimiter: Sendable {
                 // Refused: nothing is left until the hold ends, whatever the headers counted.
                 budget.remaining = 0
                 var next = until
-                if silent, budget.limitGuessed, sentIn == budget.windowNumber, budget.windowNumber > 0,
-                   let clean = budget.clean, budget.sent <= clean,
-                   let first = budget.firstSent, let last = budget.lastSent, let window = budget.window {
-                    // A count served whole before is refused: the provider's window likely began
-                    // during our last burst. The next window begins that burst's length after the
-                    // hold, past the provider's next start, so a burst no longer spans two of its windows.
-                    next = until.advanced(by: min(first.duration(to: last), window / 2))
+                if silent, budget.limitGuessed, sentIn == budget.windowNumber, budget.windowNumber > 0, let window = budget.window {
+                    if let clean = budget.clean, budget.sent <= clean {
+                        // A count served whole before is refused: the provider's window likely began
+                        // during our last burst. The next window begins that burst's length after the
+                        // hold, past the provider's next start, so a burst no longer spans two of its windows.
+                        if let first = budget.firstSent, let last = budget.lastSent {
+                            next = until.advanced(by: min(first.duration(to: last), window / 2))
+                        }
+                        budget.anchor = nil
+                    } else if budget.anchor == nil, let known = budget.reset, known.advanced(by: window) > until {
+                        // A probe (or a first guess) refused at its burst's end: the provider's window
+                        // held the burst, so after the hold's window ours keep its schedule.
+                        budget.anchor = known.advanced(by: window)
+                    }
                 }
                 budget.reset = max(budget.reset ?? next, next)
             }

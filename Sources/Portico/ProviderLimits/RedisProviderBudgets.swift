@@ -26,7 +26,7 @@ final class RedisProviderBudgets: Sendable {
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
     /// window not yet claimed, `sent` those gone in it (the first at `fsent`, the last at `lsent`);
     /// `srvN` the successes of requests that went in window N, `refw` the last window a silent
-    /// provider refused in, `guessed`, `filled`, `clean` and `ceil` for a provider silent about
+    /// provider refused in, `guessed`, `filled`, `clean`, `ceil` and `anchor` for a provider silent about
     /// its budget (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
@@ -71,12 +71,20 @@ final class RedisProviderBudgets: Sendable {
               break
             end
             nextWindow()
-            if b.window and b.window > 0 then b.reset = b.reset + b.window else b.reset = nil end
+            if b.anchor and b.anchor > b.reset then
+              b.reset = b.anchor
+            elseif b.window and b.window > 0 then
+              b.reset = b.reset + b.window
+            else
+              b.reset = nil
+            end
+            b.anchor = nil
           end
         end
         local function start(number)
           if not b.reset then return nil end
           if number <= (b.wnum or 0) + 1 or not b.window then return b.reset end
+          if b.anchor and b.anchor > b.reset then return b.anchor + b.window * (number - (b.wnum or 0) - 2) end
           return b.reset + b.window * (number - (b.wnum or 0) - 1)
         end
         local function went()
@@ -199,9 +207,13 @@ final class RedisProviderBudgets: Sendable {
               end
               b.remaining = 0
               local nextAt = untilAt
-              if silent and b.guessed and sentIn == (b.wnum or 0) and (b.wnum or 0) > 0 and b.clean
-                  and (b.sent or 0) <= b.clean and b.fsent and b.lsent and b.window then
-                nextAt = untilAt + math.min(b.lsent - b.fsent, b.window / 2)
+              if silent and b.guessed and sentIn == (b.wnum or 0) and (b.wnum or 0) > 0 and b.window then
+                if b.clean and (b.sent or 0) <= b.clean then
+                  if b.fsent and b.lsent then nextAt = untilAt + math.min(b.lsent - b.fsent, b.window / 2) end
+                  b.anchor = nil
+                elseif not b.anchor and b.reset and b.reset + b.window > untilAt then
+                  b.anchor = b.reset + b.window
+                end
               end
               b.reset = math.max(b.reset or nextAt, nextAt)
             end

@@ -285,6 +285,39 @@ struct ProviderLimiterTests {
         }
     }
 
+    /// A probe's refusal comes at its burst's end, so the hold ends that long after the window's
+    /// own end: following it, each probe would move our windows later by a burst's length, until
+    /// one began just before the provider's and its burst spanned two of the provider's windows.
+    @Test("after a probe's refusal the window after the hold's keeps the old schedule: a probe does not move the windows later")
+    func probeKeepsTheSchedule() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<2 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        let windowStart = clock.now.advanced(by: .seconds(1))
+        // Four full windows of 2, then a probe of 3 whose last is refused 100 ms into its window.
+        for _ in 0..<4 {
+            clock.advance(by: .seconds(1))
+            for _ in 0..<2 { #expect(limits.decide("", at: clock.now).isGo) }
+            for _ in 0..<2 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        }
+        clock.advance(by: .seconds(1))
+        let probe = clock.now
+        #expect(probe == windowStart.advanced(by: .seconds(4)))
+        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+        clock.advance(by: .milliseconds(100))
+        for _ in 0..<2 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        #expect(limits.report().first?.limit == 2)
+        // The hold's window begins when the hold ends (1.1 s after the probe's began); the one
+        // after it 2 s after, as if there had been no probe.
+        clock.advance(by: .seconds(1))
+        for _ in 0..<2 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now) == .reserved(at: probe.advanced(by: .seconds(2)), window: 7))
+        #expect(limits.decide("", at: clock.now) == .reserved(at: probe.advanced(by: .seconds(2)), window: 7))
+        #expect(limits.decide("", at: clock.now) == .reserved(at: probe.advanced(by: .seconds(3)), window: 8))
+    }
+
     /// A probe past the real budget costs one refusal, the one that starts the hold: a guess of
     /// 20 grows to 21, not 22, so no second request of the probe reaches a paused provider.
     @Test("a guessed budget grows by one request, not by a share, after four windows filled without a refusal")
