@@ -110,4 +110,52 @@ struct ProviderLimiterFleetScriptTests {
         clock.advance(by: .seconds(60))
         try await went(4, in: 4)
     }
+
+    @Test("after a probe's refusal the window after the hold's keeps the old schedule")
+    func probeKeepsTheSchedule() async throws {
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
+        store.timeout = .seconds(5)
+        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
+        defer { Task { await stores.shutdown() } }
+        let backend = try #require(stores.backend(named: "fleet"))
+        let clock = ManualClock()
+        let start = clock.now
+        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+        func decide() async throws -> ProviderLimiter.Admission {
+            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
+        }
+        func answer(_ window: Int, _ status: Int) async throws {
+            var fields = HTTPFields()
+            if status == 429 { fields[.retryAfter] = "60" }
+            try await fleet.observe("k", window: window, status: status,
+                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
+        }
+
+        for _ in 0..<3 { #expect(try await decide().isGo) }
+        for _ in 0..<2 { try await answer(0, 200) }
+        try await answer(0, 429)
+        let refused = clock.now
+        // Four full windows of 2 (60 s each), then a probe of 3 refused 6 s into window 5.
+        for window in 1...4 {
+            clock.advance(by: .seconds(60))
+            for _ in 0..<2 { #expect(try await decide() == .go(window: window)) }
+            for _ in 0..<2 { try await answer(window, 200) }
+        }
+        clock.advance(by: .seconds(60))
+        for _ in 0..<3 { #expect(try await decide() == .go(window: 5)) }
+        clock.advance(by: .seconds(6))
+        for _ in 0..<2 { try await answer(5, 200) }
+        try await answer(5, 429)
+        clock.advance(by: .seconds(60))
+        for _ in 0..<2 { #expect(try await decide() == .go(window: 6)) }
+        // Window 7 begins 420 s after the first refusal (seven windows), not 426 (the probe's hold, then one).
+        let next = try await decide()
+        #expect(next.window == 7)
+        let expected = refused.advanced(by: .seconds(420))
+        let slot = try #require(next.slot)
+        #expect(slot > expected.advanced(by: .seconds(-1)) && slot < expected.advanced(by: .seconds(1)),
+                "window 7 at \(refused.duration(to: slot)) after the first refusal")
+    }
 }
