@@ -109,6 +109,10 @@ def main():
     parser.add_argument("--rate", type=int, default=20)
     parser.add_argument("--headers", choices=["ratelimit", "x-ratelimit", "retry-after"], default="ratelimit")
     args = parser.parse_args()
+    # socketserver listens with a backlog of 5: a burst of 20 new connections overflowed it
+    # (TcpExtListenOverflows) and the rest retried their SYN a second later, reaching this
+    # provider in its next window, counted there with the next burst. A real API's is larger.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
 

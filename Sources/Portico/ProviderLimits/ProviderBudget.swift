@@ -13,16 +13,31 @@ extension ProviderLimiter {
         var window: Duration?
         var windowSaid = false
         /// `limit` is this gateway's guess, the provider never having said one (it sends only
-        /// `Retry-After`): what it served in the window it refused in (counting the answers of
-        /// requests already on their way then), raised by one after four windows in a row
-        /// filled without a refusal, so a guess too low grows and one too high meets a 429.
+        /// `Retry-After`): what it served in the last window it refused in — the successes of the
+        /// requests that went in that window, whenever their answers come (a 429 may be the first),
+        /// so never more than went — raised by one after four windows in a row filled without a
+        /// refusal, so a guess too low grows and one too high meets a 429.
         var limitGuessed = false
-        /// Successful answers in this window (or, before a first guess, since the start), for that guess.
-        var servedInWindow = 0
-        /// Requests in flight when the provider refused: their successes still count.
-        var lateAnswers = 0
-        /// The provider refused in the current window; windows filled without a refusal in a row.
-        var refusedInWindow = false
+        /// Successful answers by the window their request went in (this one and the last; before
+        /// a first guess all went in window 0, since the start), for that guess.
+        var served: [Int: Int] = [:]
+        /// The last window a request went in that a provider silent about its budget refused.
+        var refusedWindow: Int?
+        /// Requests that went in this window. A guess can fall below what was booked under it:
+        /// a window then sends the guess, and its reservations beyond move to the next window.
+        var sent = 0
+        /// When this window's first and last went: how long its burst took to leave.
+        var firstSent: ContinuousClock.Instant?
+        var lastSent: ContinuousClock.Instant?
+        /// What the last window that sent the whole guess without a refusal sent, and the guess
+        /// to return to after a refusal lowered it below that (once, after one full window).
+        var clean: Int?
+        var ceiling: Int?
+        /// After a probe's refusal, when the window after the hold's begins: one window after
+        /// the refused one's end, the provider's schedule. The hold runs from the refused
+        /// request, the last of its burst; following it would move our windows later by a
+        /// burst's length each probe, until a burst began just before the provider's window.
+        var anchor: ContinuousClock.Instant?
         var filledWindows = 0
         var hold: ContinuousClock.Instant?
         var inFlight = 0
@@ -54,11 +69,14 @@ extension ProviderLimiter {
                     return
                 }
                 nextWindow()
-                if let window, window > .zero {
+                if let anchor, anchor > reset {
+                    self.reset = anchor
+                } else if let window, window > .zero {
                     self.reset = reset.advanced(by: window)
                 } else {
                     self.reset = nil
                 }
+                anchor = nil
             }
         }
 
@@ -66,9 +84,23 @@ extension ProviderLimiter {
         /// still unclaimed are late, and no longer hold its budget).
         mutating func nextWindow() {
             guard var limit else { return }
-            if limitGuessed, remaining == 0, !refusedInWindow {
+            let refused = refusedWindow == windowNumber
+            if limitGuessed, refused {
+                // A count served whole before and refused now: the provider may have lowered its
+                // budget, or (it says nothing of when its window begins) its window began during
+                // our last burst, whose tail it counted with this window's. Try that count again
+                // once, after a full window at the lowered guess.
+                ceiling = clean.flatMap { $0 > limit ? $0 : nil }
+            }
+            if limitGuessed, sent >= limit, !refused {
+                clean = sent
                 filledWindows += 1
-                if filledWindows >= 4 {
+                if let ceiling, ceiling > limit {
+                    limit = ceiling
+                    self.limit = limit
+                    self.ceiling = nil
+                    filledWindows = 0
+                } else if filledWindows >= 4 {
                     // One more, not a share more: a probe past the provider's real budget then
                     // costs one refusal, the request that starts the hold; two or more would
                     // send the rest of the probe into a pause the provider has announced.
@@ -76,12 +108,14 @@ extension ProviderLimiter {
                     self.limit = limit
                     filledWindows = 0
                 }
-            } else if refusedInWindow {
+            } else if refused {
                 filledWindows = 0
             }
-            refusedInWindow = false
-            servedInWindow = 0
+            sent = 0
+            firstSent = nil
+            lastSent = nil
             windowNumber += 1
+            served = served.filter { $0.key >= windowNumber - 1 }
             due = booked.removeValue(forKey: windowNumber) ?? 0
             remaining = max(0, limit - due)
         }
@@ -98,7 +132,16 @@ extension ProviderLimiter {
         func start(ofWindow number: Int) -> ContinuousClock.Instant? {
             guard let reset else { return nil }
             guard number > windowNumber + 1, let window else { return reset }
+            if let anchor, anchor > reset { return anchor.advanced(by: window * (number - windowNumber - 2)) }
             return reset.advanced(by: window * (number - windowNumber - 1))
+        }
+
+        /// An attempt goes in this window.
+        mutating func went(at now: ContinuousClock.Instant) {
+            inFlight += 1
+            sent += 1
+            if firstSent == nil { firstSent = now }
+            lastSent = now
         }
 
         var idle: Bool { inFlight == 0 && waiting == 0 && booked.isEmpty && due == 0 }

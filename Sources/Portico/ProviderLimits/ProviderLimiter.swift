@@ -23,12 +23,20 @@ public final class ProviderLimiter: Sendable {
     public let config: ProviderLimitsConfig
 
     enum Admission: Equatable {
-        case go
+        /// It goes, in the provider's window numbered `window`.
+        case go(window: Int)
         /// Held (`Retry-After`) or spent with no quota known: ask again then.
         case waitUntil(ContinuousClock.Instant)
         /// A slot in the provider's window numbered `window` is this request's: it is expected
         /// to begin at `at`; the request then claims it (and waits again if it has not begun).
         case reserved(at: ContinuousClock.Instant, window: Int)
+    }
+
+    /// The window an attempt went in, numbered by the budget that let it go (the fleet's or this
+    /// process's): its answer counts for that window, whenever it comes.
+    struct Ticket: Sendable, Equatable {
+        let window: Int
+        let shared: Bool
     }
 
     private final class Shard: Sendable {
@@ -74,21 +82,22 @@ public final class ProviderLimiter: Sendable {
 
     /// Lets an attempt go, after waiting for the provider's reset when that fits; throws 429
     /// `provider_exhausted` at once when it does not.
-    func admit(_ scope: String, context: RequestContext) async throws {
+    @discardableResult
+    func admit(_ scope: String, context: RequestContext) async throws -> Ticket {
         let patience = config.whenExhausted == .wait ? max(.zero, min(config.maxWait, context.remaining)) : .zero
         let start = clock.now
-        var admission = await decideShared(scope, at: start)
+        var (admission, shared) = await decideShared(scope, at: start)
         while true {
             let now = clock.now
             let left = patience - start.duration(to: now)
             switch admission {
-            case .go:
-                return
+            case .go(let window):
+                return Ticket(window: window, shared: shared)
             case .waitUntil(let instant):
                 let needed = now.duration(to: instant)
                 guard needed <= left else { throw refusal(retryAfter: needed, context: context) }
                 try await wait(scope, until: instant)
-                admission = await decideShared(scope, at: clock.now)
+                (admission, shared) = await decideShared(scope, at: clock.now)
             case .reserved(let instant, let window):
                 let needed = now.duration(to: instant)
                 guard needed <= left else {
@@ -101,21 +110,21 @@ public final class ProviderLimiter: Sendable {
                     await releaseShared(scope, window: window)
                     throw error
                 }
-                admission = await claimShared(scope, window: window, at: clock.now)
+                (admission, shared) = await claimShared(scope, window: window, at: clock.now)
             }
         }
     }
 
     // The fleet's budgets when there is a store and it answers; this process's own otherwise.
 
-    private func decideShared(_ scope: String, at now: ContinuousClock.Instant) async -> Admission {
-        if let fleet, let shared = try? await fleet.decide(scope, defaultHold: config.defaultHold, at: now) { return shared }
-        return decide(scope, at: now)
+    private func decideShared(_ scope: String, at now: ContinuousClock.Instant) async -> (Admission, shared: Bool) {
+        if let fleet, let shared = try? await fleet.decide(scope, defaultHold: config.defaultHold, at: now) { return (shared, true) }
+        return (decide(scope, at: now), false)
     }
 
-    private func claimShared(_ scope: String, window: Int, at now: ContinuousClock.Instant) async -> Admission {
-        if let fleet, let shared = try? await fleet.claim(scope, window: window, at: now) { return shared }
-        return claim(scope, window: window, at: now)
+    private func claimShared(_ scope: String, window: Int, at now: ContinuousClock.Instant) async -> (Admission, shared: Bool) {
+        if let fleet, let shared = try? await fleet.claim(scope, window: window, at: now) { return (shared, true) }
+        return (claim(scope, window: window, at: now), false)
     }
 
     private func releaseShared(_ scope: String, window: Int) async {
@@ -140,20 +149,40 @@ public final class ProviderLimiter: Sendable {
 
     /// A reservation's time has come: it goes when its window has begun, unless the provider
     /// asked for a pause meanwhile; a window that has not begun yet (the reset came later than
-    /// first announced) is waited for again, the slot still this request's.
+    /// first announced) is waited for again, the slot still this request's. Under a guessed
+    /// budget a window never sends more than the guess: a reservation booked under a higher one
+    /// finds its window full and takes the next window's first slots; one late for its window
+    /// spends this window's budget like a newcomer.
     func claim(_ scope: String, window: Int, at now: ContinuousClock.Instant) -> Admission {
         update(scope) { budget in
             budget.roll(at: now)
             if window > budget.windowNumber, let start = budget.start(ofWindow: window) {
                 return .reserved(at: max(start, now), window: window)
             }
-            if window == budget.windowNumber, budget.due > 0 { budget.due -= 1 }
+            let due = window == budget.windowNumber && budget.due > 0
+            if due { budget.due -= 1 }
             if let hold = budget.hold {
-                budget.remaining = budget.remaining.map { $0 + 1 }
+                // Its slot is the window's again, unless the provider refused in it: then none is left.
+                if due, budget.refusedWindow != budget.windowNumber { budget.remaining = budget.remaining.map { $0 + 1 } }
                 return .waitUntil(hold)
             }
-            budget.inFlight += 1
-            return .go
+            if budget.limitGuessed, let limit = budget.limit {
+                var full = false
+                if budget.refusedWindow == budget.windowNumber {
+                    full = true   // the provider refused in this window: nothing is left in it
+                } else if due {
+                    full = budget.sent >= limit
+                } else if let remaining = budget.remaining {
+                    if remaining > 0 { budget.remaining = remaining - 1 } else { full = true }
+                }
+                let next = budget.windowNumber + 1
+                if full, let start = budget.start(ofWindow: next) {
+                    budget.booked[next, default: 0] += 1
+                    return .reserved(at: max(start, now), window: next)
+                }
+            }
+            budget.went(at: now)
+            return .go(window: budget.windowNumber)
         }
     }
 
@@ -193,17 +222,18 @@ public final class ProviderLimiter: Sendable {
                 }
                 budget.remaining = remaining - 1
             }
-            budget.inFlight += 1
-            return .go
+            budget.went(at: now)
+            return .go(window: budget.windowNumber)
         }
     }
 
     /// What the provider's answer to an admitted attempt says: learned here and, with a store,
-    /// by the fleet.
-    func observe(_ scope: String, status: Int, fields: HTTPFields) async {
+    /// by the fleet. `ticket` says which window the attempt went in (without one: the current).
+    func observe(_ scope: String, ticket: Ticket? = nil, status: Int, fields: HTTPFields) async {
         let observation = ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow)
         if let fleet {
-            try? await fleet.observe(scope, status: status, observation, defaultHold: config.defaultHold)
+            try? await fleet.observe(scope, window: ticket?.shared == true ? ticket?.window : nil, status: status, observation,
+                                     defaultHold: config.defaultHold)
         }
         for name in observation.malformed {
             Self.malformed.increment([("upstream", upstream), ("header", name)])
@@ -213,7 +243,9 @@ public final class ProviderLimiter: Sendable {
         let left: Int? = update(scope) { budget in
             budget.inFlight = max(0, budget.inFlight - 1)
             budget.roll(at: now)
-            Self.learn(observation, status: status, into: &budget, at: now, defaultHold: config.defaultHold)
+            // A window the fleet numbered means nothing here: the answer counts for this window.
+            Self.learn(observation, status: status, window: ticket?.shared == false ? ticket?.window : nil, into: &budget,
+                       at: now, defaultHold: config.defaultHold)
             return budget.remaining
         }
         if let left, config.scope != .header("") {
@@ -231,18 +263,23 @@ public final class ProviderLimiter: Sendable {
         update(scope) { $0.inFlight = max(0, $0.inFlight - 1) }
     }
 
-    static func learn(_ observation: ProviderLimitObservation, status: Int, into budget: inout Budget,
+    static func learn(_ observation: ProviderLimitObservation, status: Int, window sentIn: Int? = nil, into budget: inout Budget,
                       at now: ContinuousClock.Instant, defaultHold: Duration) {
         if let limit = observation.limit {
             budget.limit = limit
             budget.limitGuessed = false
         }
-        if budget.hold != nil, budget.lateAnswers > 0 {
-            // An answer to a request that was on its way when the provider refused.
-            budget.lateAnswers -= 1
-            if (200..<300).contains(status), budget.limitGuessed, let limit = budget.limit { budget.limit = limit + 1 }
-        } else if (200..<300).contains(status), budget.hold == nil {
-            budget.servedInWindow += 1
+        // The window the request went in; a provider silent about its budget is guessed from it.
+        let sentIn = sentIn ?? budget.windowNumber
+        let silent = observation.remaining == nil && (budget.limit == nil || budget.limitGuessed)
+        if (200..<300).contains(status), sentIn >= budget.windowNumber - 1 {
+            let served = budget.served[sentIn, default: 0] + 1
+            budget.served[sentIn] = served
+            if silent, sentIn == budget.refusedWindow {
+                // Served in the window it refused in, answered after the 429: the guess is that window's.
+                budget.limit = served
+                budget.limitGuessed = true
+            }
         }
         if let window = observation.window {
             budget.window = window
@@ -283,20 +320,39 @@ public final class ProviderLimiter: Sendable {
             let until = now.advanced(by: hold)
             budget.hold = max(budget.hold ?? until, until)
             if status == 429 {
-                if observation.remaining == nil, budget.limit == nil || budget.limitGuessed, budget.servedInWindow > 0 {
-                    // A provider silent about its budget: guess it from what it served in
-                    // this window, and its window from the longest hold, so that after this
-                    // hold a window's worth goes and the rest take slots in the windows after.
-                    budget.limit = budget.servedInWindow
-                    budget.limitGuessed = true
+                if silent {
+                    // A provider silent about its budget: guess it from what it served in the
+                    // window this request went in (its answers still on their way count as they
+                    // come), and its window from the longest hold, so that after this hold a
+                    // window's worth goes and the rest take slots in the windows after.
                     if !budget.windowSaid { budget.window = max(budget.window ?? .zero, hold) }
+                    if sentIn >= budget.refusedWindow ?? sentIn {
+                        budget.refusedWindow = sentIn
+                        if let served = budget.served[sentIn], served > 0 {
+                            budget.limit = served
+                            budget.limitGuessed = true
+                        }
+                    }
                 }
-                budget.servedInWindow = 0
-                budget.refusedInWindow = true
-                budget.lateAnswers = budget.inFlight
                 // Refused: nothing is left until the hold ends, whatever the headers counted.
                 budget.remaining = 0
-                budget.reset = max(budget.reset ?? until, until)
+                var next = until
+                if silent, budget.limitGuessed, sentIn == budget.windowNumber, budget.windowNumber > 0, let window = budget.window {
+                    if let clean = budget.clean, budget.sent <= clean {
+                        // A count served whole before is refused: the provider's window likely began
+                        // during our last burst. The next window begins that burst's length after the
+                        // hold, past the provider's next start, so a burst no longer spans two of its windows.
+                        if let first = budget.firstSent, let last = budget.lastSent {
+                            next = until.advanced(by: min(first.duration(to: last), window / 2))
+                        }
+                        budget.anchor = nil
+                    } else if budget.anchor == nil, let known = budget.reset, known.advanced(by: window) > until {
+                        // A probe (or a first guess) refused at its burst's end: the provider's window
+                        // held the burst, so after the hold's window ours keep its schedule.
+                        budget.anchor = known.advanced(by: window)
+                    }
+                }
+                budget.reset = max(budget.reset ?? next, next)
             }
         }
     }

@@ -9,10 +9,10 @@ struct ProviderPacedResponder: Responder {
     nonisolated(nonsending)
     func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
         let scope = limiter.scope(for: request, context: context)
-        try await limiter.admit(scope, context: context)
+        let ticket = try await limiter.admit(scope, context: context)
         do {
             let response = try await endpoint.respond(to: request, context: context)
-            await limiter.observe(scope, status: response.status.code, fields: response.headerFields)
+            await limiter.observe(scope, ticket: ticket, status: response.status.code, fields: response.headerFields)
             return response
         } catch {
             await limiter.abandon(scope)

@@ -9,38 +9,52 @@ import RedisClient
 final class RedisProviderBudgets: Sendable {
     let backend: RedisBucketStore
     let upstream: String
+    /// How far ahead of the server's clock the script's runs: a test's manual time, never set in
+    /// production (the last argument of every call).
+    private let ahead: @Sendable () -> Duration
 
-    init(backend: RedisBucketStore, upstream: String) {
+    init(backend: RedisBucketStore, upstream: String, ahead: @escaping @Sendable () -> Duration = { .zero }) {
         self.backend = backend
         self.upstream = upstream
+        self.ahead = ahead
     }
 
-    /// `KEYS[1]` the scope's hash; `ARGV[1]` the operation; the rest as each op says. Returns
-    /// `{kind, micros, window}`: 0 go, 1 wait that long then ask again, 2 a slot in window
+    /// `KEYS[1]` the scope's hash; `ARGV[1]` the operation; the rest as each op says, the last
+    /// microseconds to add to the server's clock (`ahead`). Returns `{kind, micros, window}`:
+    /// 0 go in window number `window`, 1 wait that long then ask again, 2 a slot in window
     /// number `window`, expected to begin that far ahead. Fields: `wnum` the window's number,
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
-    /// window not yet claimed, `served`, `guessed`, `late`, `refused` and `filled` for a provider silent about its budget
-    /// (as `ProviderLimiter.Budget`).
+    /// window not yet claimed, `sent` those gone in it (the first at `fsent`, the last at `lsent`);
+    /// `srvN` the successes of requests that went in window N, `refw` the last window a silent
+    /// provider refused in, `guessed`, `filled`, `clean`, `ceil` and `anchor` for a provider silent about
+    /// its budget (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
         local clock = redis.call('TIME')
-        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2]) + tonumber(ARGV[#ARGV])
         local flat = redis.call('HGETALL', KEYS[1])
         local b = {}
         for i = 1, #flat, 2 do b[flat[i]] = tonumber(flat[i + 1]) end
         local function nextWindow()
           if not b.limit then return end
-          if b.guessed and b.remaining == 0 and not b.refused then
+          local refused = b.refw == (b.wnum or 0)
+          if b.guessed and refused then
+            if b.clean and b.clean > b.limit then b.ceil = b.clean else b.ceil = nil end
+          end
+          if b.guessed and (b.sent or 0) >= b.limit and not refused then
+            b.clean = b.sent
             b.filled = (b.filled or 0) + 1
-            if b.filled >= 4 then
+            if b.ceil and b.ceil > b.limit then
+              b.limit = b.ceil; b.ceil = nil; b.filled = nil
+            elseif b.filled >= 4 then
               b.limit = b.limit + 1; b.filled = nil
             end
-          elseif b.refused then
+          elseif refused then
             b.filled = nil
           end
-          b.refused = nil
-          b.served = nil
+          b.sent = nil; b.fsent = nil; b.lsent = nil
           b.wnum = (b.wnum or 0) + 1
+          b['srv' .. (b.wnum - 2)] = nil
           b.due = b['slot' .. b.wnum] or 0
           b['slot' .. b.wnum] = nil
           b.remaining = math.max(0, b.limit - b.due)
@@ -57,13 +71,28 @@ final class RedisProviderBudgets: Sendable {
               break
             end
             nextWindow()
-            if b.window and b.window > 0 then b.reset = b.reset + b.window else b.reset = nil end
+            if b.anchor and b.anchor > b.reset then
+              b.reset = b.anchor
+            elseif b.window and b.window > 0 then
+              b.reset = b.reset + b.window
+            else
+              b.reset = nil
+            end
+            b.anchor = nil
           end
         end
         local function start(number)
           if not b.reset then return nil end
           if number <= (b.wnum or 0) + 1 or not b.window then return b.reset end
+          if b.anchor and b.anchor > b.reset then return b.anchor + b.window * (number - (b.wnum or 0) - 2) end
           return b.reset + b.window * (number - (b.wnum or 0) - 1)
+        end
+        local function went()
+          b.inflight = (b.inflight or 0) + 1
+          b.sent = (b.sent or 0) + 1
+          if not b.fsent then b.fsent = now end
+          b.lsent = now
+          return {0, 0, b.wnum or 0}
         end
         local function arg(i)
           local v = tonumber(ARGV[i])
@@ -78,7 +107,7 @@ final class RedisProviderBudgets: Sendable {
           elseif b.remaining then
             if b.remaining > 0 then
               b.remaining = b.remaining - 1
-              b.inflight = (b.inflight or 0) + 1
+              result = went()
             elseif b.limit and b.limit > 0 and b.reset and b.window and b.window > 0 then
               local number = (b.wnum or 0) + 1
               while (b['slot' .. number] or 0) >= b.limit do number = number + 1 end
@@ -88,19 +117,37 @@ final class RedisProviderBudgets: Sendable {
               result = {1, (b.reset or (now + tonumber(ARGV[2]))) - now, 0}
             end
           else
-            b.inflight = (b.inflight or 0) + 1
+            result = went()
           end
         elseif op == 'claim' then
           local number = tonumber(ARGV[2])
           if number > (b.wnum or 0) and start(number) then
             result = {2, math.max(0, start(number) - now), number}
           else
-            if number == (b.wnum or 0) and (b.due or 0) > 0 then b.due = b.due - 1 end
+            local due = number == (b.wnum or 0) and (b.due or 0) > 0
+            if due then b.due = b.due - 1 end
             if b.hold then
-              if b.remaining then b.remaining = b.remaining + 1 end
+              if due and b.remaining and b.refw ~= (b.wnum or 0) then b.remaining = b.remaining + 1 end
               result = {1, b.hold - now, 0}
             else
-              b.inflight = (b.inflight or 0) + 1
+              local full = false
+              if b.guessed and b.limit then
+                if b.refw == (b.wnum or 0) then
+                  full = true
+                elseif due then
+                  full = (b.sent or 0) >= b.limit
+                elseif b.remaining then
+                  if b.remaining > 0 then b.remaining = b.remaining - 1 else full = true end
+                end
+              end
+              local nextAt = start((b.wnum or 0) + 1)
+              if full and nextAt then
+                local slot = 'slot' .. ((b.wnum or 0) + 1)
+                b[slot] = (b[slot] or 0) + 1
+                result = {2, math.max(0, nextAt - now), (b.wnum or 0) + 1}
+              else
+                result = went()
+              end
             end
           end
         elseif op == 'release' then
@@ -117,13 +164,14 @@ final class RedisProviderBudgets: Sendable {
         elseif op == 'observe' then
           local status = tonumber(ARGV[2])
           local remaining, reset, limit, window, retry, hold = arg(3), arg(4), arg(5), arg(6), arg(7), tonumber(ARGV[8])
+          local sentIn = arg(9) or (b.wnum or 0)
           b.inflight = math.max(0, (b.inflight or 0) - 1)
           if limit then b.limit = limit; b.guessed = nil end
-          if b.hold and (b.late or 0) > 0 then
-            b.late = b.late - 1
-            if status >= 200 and status < 300 and b.guessed and b.limit then b.limit = b.limit + 1 end
-          elseif status >= 200 and status < 300 and not b.hold then
-            b.served = (b.served or 0) + 1
+          local silent = remaining == nil and (not b.limit or b.guessed)
+          if status >= 200 and status < 300 and sentIn >= (b.wnum or 0) - 1 then
+            local served = 'srv' .. sentIn
+            b[served] = (b[served] or 0) + 1
+            if silent and sentIn == b.refw then b.limit = b[served]; b.guessed = 1 end
           end
           if window then
             b.window = window; b.said = 1
@@ -149,15 +197,25 @@ final class RedisProviderBudgets: Sendable {
             local untilAt = now + pause
             b.hold = math.max(b.hold or untilAt, untilAt)
             if status == 429 then
-              if remaining == nil and (not b.limit or b.guessed) and (b.served or 0) > 0 then
-                b.limit = b.served; b.guessed = 1
+              if silent then
                 if not b.said then b.window = math.max(b.window or 0, pause) end
+                if sentIn >= (b.refw or sentIn) then
+                  b.refw = sentIn
+                  local served = b['srv' .. sentIn] or 0
+                  if served > 0 then b.limit = served; b.guessed = 1 end
+                end
               end
-              b.served = nil
-              b.refused = 1
-              b.late = b.inflight
               b.remaining = 0
-              b.reset = math.max(b.reset or untilAt, untilAt)
+              local nextAt = untilAt
+              if silent and b.guessed and sentIn == (b.wnum or 0) and (b.wnum or 0) > 0 and b.window then
+                if b.clean and (b.sent or 0) <= b.clean then
+                  if b.fsent and b.lsent then nextAt = untilAt + math.min(b.lsent - b.fsent, b.window / 2) end
+                  b.anchor = nil
+                elseif not b.anchor and b.reset and b.reset + b.window > untilAt then
+                  b.anchor = b.reset + b.window
+                end
+              end
+              b.reset = math.max(b.reset or nextAt, nextAt)
             end
           end
         end
@@ -200,15 +258,18 @@ final class RedisProviderBudgets: Sendable {
         _ = try await run(scope, ["abandon"])
     }
 
-    func observe(_ scope: String, status: Int, _ seen: ProviderLimitObservation, defaultHold: Duration) async throws(RedisError) {
+    /// `window`: the one the request went in (from this store's `decide` or `claim`); nil, the current.
+    func observe(_ scope: String, window: Int?, status: Int, _ seen: ProviderLimitObservation,
+                 defaultHold: Duration) async throws(RedisError) {
         _ = try await run(scope, [
             "observe", String(status), seen.remaining.map(String.init) ?? "-1", Self.micros(seen.reset),
             seen.limit.map(String.init) ?? "-1", Self.micros(seen.window), Self.micros(seen.retryAfter), Self.micros(defaultHold),
+            window.map(String.init) ?? "-1",
         ])
     }
 
     private func run(_ scope: String, _ arguments: [String]) async throws(RedisError) -> [Int64] {
-        let reply = try await backend.evaluate(Self.script, key: key(scope), arguments: arguments)
+        let reply = try await backend.evaluate(Self.script, key: key(scope), arguments: arguments + [Self.micros(ahead())])
         guard let values = reply.array, values.count == 3, let kind = values[0].int, let micros = values[1].int,
               let window = values[2].int else {
             throw RedisError(.protocolViolation, "unexpected reply from the provider limit script")
@@ -221,7 +282,7 @@ final class RedisProviderBudgets: Sendable {
         switch reply[0] {
         case 1: return .waitUntil(at)
         case 2: return .reserved(at: at, window: Int(reply[2]))
-        default: return .go
+        default: return .go(window: Int(reply[2]))
         }
     }
 }

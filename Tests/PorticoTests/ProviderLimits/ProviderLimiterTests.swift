@@ -45,7 +45,7 @@ struct ProviderLimiterTests {
         await clock.waitForSleepers(1)
         #expect(clock.nextDeadline == clock.now.advanced(by: .seconds(2)))
         clock.advance(by: .seconds(2))
-        try await waiting.value
+        _ = try await waiting.value
     }
 
     @Test("a wait past max_wait, or when_exhausted: reject, is 429 provider_exhausted at once with Retry-After")
@@ -76,7 +76,7 @@ struct ProviderLimiterTests {
         await clock.waitForSleepers(1)
         #expect(clock.nextDeadline == clock.now.advanced(by: .seconds(3)))
         clock.advance(by: .seconds(3))
-        try await waiting.value
+        _ = try await waiting.value
     }
 
     @Test("after the reset the window's quota is the budget; a new window's count replaces the old")
@@ -123,8 +123,8 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now).window == 2, "a newcomer takes window 2's second slot")
         // The window begins: both of its reservations go, and nothing else does.
         clock.advance(by: .milliseconds(600))
-        #expect(limits.claim("", window: 1, at: clock.now) == .go)
-        #expect(limits.claim("", window: 1, at: clock.now) == .go)
+        #expect(limits.claim("", window: 1, at: clock.now).isGo)
+        #expect(limits.claim("", window: 1, at: clock.now).isGo)
         #expect(limits.claim("", window: 2, at: clock.now).window == 2, "window 2 has not begun")
         #expect(limits.decide("", at: clock.now).window == 3)
         #expect(second == first)
@@ -144,9 +144,9 @@ struct ProviderLimiterTests {
         #expect(limits.decide("", at: clock.now).window == 2)
         await limits.observe("", status: 200, fields: fields([("RateLimit", "\"s\";r=2;t=3")]))
         #expect(limits.decide("", at: clock.now).window == 3, "window 2 began early: its slots are due too")
-        #expect(limits.claim("", window: 1, at: clock.now) == .go)
-        #expect(limits.claim("", window: 1, at: clock.now) == .go)
-        #expect(limits.claim("", window: 2, at: clock.now) == .go)
+        #expect(limits.claim("", window: 1, at: clock.now).isGo)
+        #expect(limits.claim("", window: 1, at: clock.now).isGo)
+        #expect(limits.claim("", window: 2, at: clock.now).isGo)
         // A reservation given up once its window began is that window's budget again.
         limits.release("", window: 2)
         #expect(limits.decide("", at: clock.now).isGo)
@@ -187,10 +187,135 @@ struct ProviderLimiterTests {
         for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
         await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
         for _ in 0..<3 { await limits.observe("", status: 200, fields: HTTPFields()) }
-        #expect(limits.report().first?.limit == 4 + 3, "the 4 served before the hold and 3 answered late")
+        #expect(limits.report().first?.limit == 3, "what it served in the window it refused in (all 3 answered after the 429), not more than the 4 sent")
         // A provider that states its limit replaces the guess.
         await limits.observe("", status: 200, fields: fields([("X-RateLimit-Limit", "50"), ("X-RateLimit-Remaining", "40")]))
         #expect(limits.report().first?.limit == 50)
+    }
+
+    /// The first guess spans the start, which may straddle two of the provider's windows: too
+    /// high. The next window sends it, the provider serves its real budget and refuses the rest;
+    /// the guess is then what was served in that window, even when a 429 is the first answer, and
+    /// the reservations booked under the old guess no longer fit: the windows after send the new
+    /// guess, not the old one.
+    @Test("after a window with a refusal the guess is what the provider served in it, and no later window sends more, whatever was booked under the old guess")
+    func guessFollowsTheRefusedWindow() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        for _ in 0..<7 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<6 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        #expect(limits.report().first?.limit == 6)
+        clock.advance(by: .seconds(1))
+        // Window 1: six go, the next six book window 2 (under a guess of six).
+        for _ in 0..<6 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<6 { #expect(limits.decide("", at: clock.now).window == 2) }
+        // The provider served four of the six: its first answer is a 429.
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        for _ in 0..<4 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        #expect(limits.report().first?.limit == 4, "served 4 of 6 in the window it refused in")
+        clock.advance(by: .seconds(1))
+        // Window 2: four of its six reservations go; the other two move to window 3.
+        var went = 0, moved: [Int] = []
+        for _ in 0..<6 {
+            let admission = limits.claim("", window: 2, at: clock.now)
+            if admission.isGo { went += 1 } else if let window = admission.window { moved.append(window) }
+        }
+        #expect(went == 4, "window 2 sent \(went) on a guess of 4")
+        #expect(moved == [3, 3])
+        let over = limits.decide("", at: clock.now)
+        #expect(over.isGo == false)
+        if let window = over.window { limits.release("", window: window) }
+        for _ in 0..<4 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        // Window 3: the two moved first, then two newcomers; nothing more.
+        clock.advance(by: .seconds(1))
+        for _ in 0..<2 { #expect(limits.claim("", window: 3, at: clock.now).isGo) }
+        for _ in 0..<2 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now).isGo == false)
+    }
+
+    /// The provider says nothing of when its window begins: a window of ours that begins just
+    /// before one of its own sends a burst whose tail it counts in its next window, and our next
+    /// window, sending the same count, meets a refusal. The guess is what that window got (per
+    /// the rule above), but the count served whole before is tried again once, and our windows
+    /// move past the provider's start by the burst's length.
+    @Test("a count served whole and then refused: the next window begins a burst's length after the hold, and after one full window at the lowered guess the old count is tried again, once")
+    func refusedCleanCountIsTriedAgain() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        for _ in 0..<5 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<4 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        clock.advance(by: .seconds(1))
+        // Window 1 sends the guess of 4, all served.
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<4 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        // Window 2's burst takes 150 ms to leave; the provider serves one and refuses three.
+        clock.advance(by: .seconds(1))
+        for index in 0..<4 {
+            if index > 0 { clock.advance(by: .milliseconds(50)) }
+            #expect(limits.decide("", at: clock.now).isGo)
+        }
+        await limits.observe("", status: 200, fields: HTTPFields())
+        for _ in 0..<3 { await limits.observe("", status: 429, fields: fields([("Retry-After", "1")])) }
+        #expect(limits.report().first?.limit == 1)
+        let holdEnd = clock.now.advanced(by: .seconds(1))
+        let over = limits.decide("", at: holdEnd)
+        #expect(over == .reserved(at: holdEnd.advanced(by: .milliseconds(150)), window: 3))
+        if let window = over.window { limits.release("", window: window) }
+        // Window 3 sends the lowered guess; window 4 the count served whole before.
+        clock.advance(by: .milliseconds(1150))
+        #expect(limits.decide("", at: clock.now).isGo)
+        #expect(limits.decide("", at: clock.now).isGo == false)
+        limits.release("", window: 4)
+        await limits.observe("", status: 200, fields: HTTPFields())
+        clock.advance(by: .seconds(1))
+        for _ in 0..<4 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now).isGo == false)
+        limits.release("", window: 5)
+        // Refused again at that count: the provider did lower its budget; it is not tried a third time.
+        await limits.observe("", status: 200, fields: HTTPFields())
+        for _ in 0..<3 { await limits.observe("", status: 429, fields: fields([("Retry-After", "1")])) }
+        #expect(limits.report().first?.limit == 1)
+        for window in 5...6 {
+            clock.advance(by: .seconds(1))
+            #expect(limits.decide("", at: clock.now).isGo)
+            #expect(limits.decide("", at: clock.now).isGo == false, "window \(window)")
+            limits.release("", window: window + 1)
+            await limits.observe("", status: 200, fields: HTTPFields())
+        }
+    }
+
+    /// A probe's refusal comes at its burst's end, so the hold ends that long after the window's
+    /// own end: following it, each probe would move our windows later by a burst's length, until
+    /// one began just before the provider's and its burst spanned two of the provider's windows.
+    @Test("after a probe's refusal the window after the hold's keeps the old schedule: a probe does not move the windows later")
+    func probeKeepsTheSchedule() async throws {
+        let limits = limiter { $0.maxWait = .seconds(10) }
+        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+        for _ in 0..<2 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        let windowStart = clock.now.advanced(by: .seconds(1))
+        // Four full windows of 2, then a probe of 3 whose last is refused 100 ms into its window.
+        for _ in 0..<4 {
+            clock.advance(by: .seconds(1))
+            for _ in 0..<2 { #expect(limits.decide("", at: clock.now).isGo) }
+            for _ in 0..<2 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        }
+        clock.advance(by: .seconds(1))
+        let probe = clock.now
+        #expect(probe == windowStart.advanced(by: .seconds(4)))
+        for _ in 0..<3 { #expect(limits.decide("", at: clock.now).isGo) }
+        clock.advance(by: .milliseconds(100))
+        for _ in 0..<2 { await limits.observe("", status: 200, fields: HTTPFields()) }
+        await limits.observe("", status: 429, fields: fields([("Retry-After", "1")]))
+        #expect(limits.report().first?.limit == 2)
+        // The hold's window begins when the hold ends (1.1 s after the probe's began); the one
+        // after it 2 s after, as if there had been no probe.
+        clock.advance(by: .seconds(1))
+        for _ in 0..<2 { #expect(limits.decide("", at: clock.now).isGo) }
+        #expect(limits.decide("", at: clock.now) == .reserved(at: probe.advanced(by: .seconds(2)), window: 7))
+        #expect(limits.decide("", at: clock.now) == .reserved(at: probe.advanced(by: .seconds(2)), window: 7))
+        #expect(limits.decide("", at: clock.now) == .reserved(at: probe.advanced(by: .seconds(3)), window: 8))
     }
 
     /// A probe past the real budget costs one refusal, the one that starts the hold: a guess of
@@ -335,5 +460,102 @@ struct ProviderLimiterSimulationTests {
         print("simulation: served \(served) of \(allowed), provider refused \(refusedByProvider), refused here \(refusedHere)")
         #expect(Double(served) >= 0.9 * Double(allowed), "served \(served) of \(allowed); refused here \(refusedHere)")
         #expect(Double(refusedByProvider) <= 0.01 * Double(forwarded), "the provider refused \(refusedByProvider) of \(forwarded)")
+    }
+}
+
+/// The limiter against a simulated provider that sends only `Retry-After` (whole seconds to the
+/// end of its window, at least 1): 20 a second in windows aligned on its own clock, the load
+/// beginning 0.7 s into one (so the first guess, served since the start, spans two of them and
+/// is too high), offered 60 a second for 20 s. It answers a refusal sooner than a success, so
+/// the limiter hears a window's 429 before its 200s.
+@Suite("Provider limits: a simulated overload of a provider that sends only Retry-After")
+struct ProviderLimiterRetryAfterSimulationTests {
+    @Test("the guess comes down in one refusal; after it no window gets more than the budget and one probe, and nothing reaches the provider late in a hold")
+    func retryAfterOnlyOverload() async throws {
+        let clock = ManualClock()
+        var config = ProviderLimitsConfig()
+        config.maxWait = .seconds(5)
+        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
+        let t0 = clock.now
+        let quota = 20, offset = 0.7
+        var arrivals: [Int: Int] = [:], refusals: [Int: Int] = [:]   // by the provider's window
+        var holdBegan = -1.0, holdUntil = -1.0, lateInHold = 0, refusedHere = 0
+        var waiters: [(at: ContinuousClock.Instant, window: Int?, arrived: ContinuousClock.Instant)] = []
+        var answers: [(due: Int, status: Int, fields: HTTPFields)] = []
+        var stepIndex = 0
+
+        func providerNow() -> Double {
+            let elapsed = t0.duration(to: clock.now)
+            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18 + offset
+        }
+        func forward() {
+            let now = providerNow()
+            let window = Int(now.rounded(.down))
+            // As bench/pace-provider.py counts `during_hold_late`: 100 ms or more into a hold.
+            if now < holdUntil, now - holdBegan >= 0.1 { lateInHold += 1 }
+            arrivals[window, default: 0] += 1
+            if arrivals[window, default: 0] <= quota {
+                answers.append((stepIndex + 3, 200, HTTPFields()))
+            } else {
+                refusals[window, default: 0] += 1
+                let retry = max(1, Int((Double(window + 1) - now).rounded(.up)))
+                if now >= holdUntil { holdBegan = now }
+                holdUntil = max(holdUntil, now + Double(retry))
+                var fields = HTTPFields()
+                fields.append(HTTPField(name: .retryAfter, value: String(retry)))
+                answers.append((stepIndex + 2, 429, fields))
+            }
+        }
+        func handle(_ admission: ProviderLimiter.Admission, arrived: ContinuousClock.Instant) {
+            let now = clock.now
+            let left = config.maxWait - arrived.duration(to: now)
+            switch admission {
+            case .go:
+                forward()
+            case .waitUntil(let instant):
+                if now.duration(to: instant) > left { refusedHere += 1 } else { waiters.append((instant, nil, arrived)) }
+            case .reserved(let instant, let window):
+                if now.duration(to: instant) > left {
+                    limits.release("", window: window)
+                    refusedHere += 1
+                } else {
+                    waiters.append((instant, window, arrived))
+                }
+            }
+        }
+
+        let step = Duration.nanoseconds(16_666_667)   // 60 a second
+        for index in 0..<1_200 {
+            stepIndex = index
+            for answer in answers where answer.due <= index {
+                await limits.observe("", status: answer.status, fields: answer.fields)
+            }
+            answers.removeAll { $0.due <= index }
+            let now = clock.now
+            let due = waiters.filter { $0.at <= now }
+            waiters.removeAll { $0.at <= now }
+            for waiter in due.sorted(by: { $0.at < $1.at }) {
+                let admission = if let window = waiter.window { limits.claim("", window: window, at: now) } else { limits.decide("", at: now) }
+                handle(admission, arrived: waiter.arrived)
+            }
+            handle(limits.decide("", at: now), arrived: now)
+            clock.advance(by: step)
+        }
+        let windows = arrivals.keys.sorted()
+        print("simulation (Retry-After only): arrivals by window \(windows.map { "\($0):\(arrivals[$0]!)/\(refusals[$0, default: 0])" }), late in hold \(lateInHold), refused here \(refusedHere)")
+        let refused = refusals.keys.sorted()
+        try #require(refused.count >= 2, "the provider refused in \(refused.count) windows: the learning was not exercised")
+        // The first window refused in taught a guess too high; the second taught the budget.
+        let learned = refused[1]
+        let after = windows.filter { $0 > learned && $0 < windows.last! }
+        for window in after {
+            #expect(arrivals[window, default: 0] <= quota + 1, "window \(window) got \(arrivals[window, default: 0])")
+        }
+        // After it, a refusal only for a probe (one more after four full windows).
+        let probes = after.reduce(0) { $0 + refusals[$1, default: 0] }
+        #expect(probes <= after.count / 5 + 1, "refused \(probes) in \(after.count) windows after learning")
+        let served = after.reduce(0) { $0 + arrivals[$1, default: 0] - refusals[$1, default: 0] }
+        #expect(Double(served) >= 0.9 * Double(quota * after.count), "served \(served) of \(quota * after.count)")
+        #expect(lateInHold == 0, "\(lateInHold) reached the provider 100 ms or more into a hold")
     }
 }

@@ -1,0 +1,161 @@
+import HTTPTypes
+import Logging
+@testable import Portico
+import PorticoTesting
+import RedisClient
+import Testing
+
+/// The fleet's budget script on a real `redis-server`, its clock moved ahead by a manual one:
+/// the same guessing as `ProviderLimiter.Budget` (ProviderLimiterTests.guessFollowsTheRefusedWindow).
+/// Holds of 60 s, so the real time a loaded machine takes between calls never reaches a window's end.
+@Suite("Provider limits: the fleet's script guesses a silent provider's budget as the limiter does", .serialized,
+       .enabled(if: RedisServer.available, "redis-server is not installed"))
+struct ProviderLimiterFleetScriptTests {
+    static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    @Test("after a window with a refusal the guess is what the provider served in it (a 429 answered first, a late answer of an earlier window not counted), and reservations booked under the old guess do not all go")
+    func guessFollowsTheRefusedWindow() async throws {
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
+        store.timeout = .seconds(5)
+        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
+        defer { Task { await stores.shutdown() } }
+        let backend = try #require(stores.backend(named: "fleet"))
+        let clock = ManualClock()
+        let start = clock.now
+        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+
+        func decide() async throws -> ProviderLimiter.Admission {
+            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
+        }
+        func answer(_ window: Int, _ status: Int) async throws {
+            var fields = HTTPFields()
+            if status == 429 { fields[.retryAfter] = "60" }
+            try await fleet.observe("k", window: window, status: status,
+                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
+        }
+        func limit() async throws -> Int? {
+            let key = backend.config.keyPrefix + "provider:vendor:k"
+            return try await backend.send(["HGET", .string(key), "limit"]).string.flatMap { Int($0) }
+        }
+
+        // Since the start: seven go, six are served, the seventh refused: a guess of six.
+        for _ in 0..<7 { #expect(try await decide().isGo) }
+        for _ in 0..<6 { try await answer(0, 200) }
+        try await answer(0, 429)
+        #expect(try await limit() == 6)
+        #expect(try await decide().isGo == false, "held")
+        clock.advance(by: .seconds(60))
+        // Window 1: six go, six book window 2 under the guess of six.
+        for _ in 0..<6 { #expect(try await decide() == .go(window: 1)) }
+        for _ in 0..<6 { #expect(try await decide().window == 2) }
+        // The provider served four of the six, and answered a 429 first; a straggler of window 0 comes too.
+        try await answer(1, 429)
+        for _ in 0..<4 { try await answer(1, 200) }
+        try await answer(0, 200)
+        try await answer(1, 429)
+        #expect(try await limit() == 4, "served 4 of the 6 that went in window 1")
+        clock.advance(by: .seconds(60))
+        var went = 0, moved: [Int] = []
+        for _ in 0..<6 {
+            let admission = try await fleet.claim("k", window: 2, at: clock.now)
+            if admission.isGo { went += 1 } else if let window = admission.window { moved.append(window) }
+        }
+        #expect(went == 4, "window 2 sent \(went) on a guess of 4")
+        #expect(moved == [3, 3])
+    }
+
+    @Test("a count served whole and then refused is tried again once, after one full window at the lowered guess")
+    func refusedCleanCountIsTriedAgain() async throws {
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
+        store.timeout = .seconds(5)
+        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
+        defer { Task { await stores.shutdown() } }
+        let backend = try #require(stores.backend(named: "fleet"))
+        let clock = ManualClock()
+        let start = clock.now
+        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+        func decide() async throws -> ProviderLimiter.Admission {
+            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
+        }
+        func answer(_ window: Int, _ status: Int) async throws {
+            var fields = HTTPFields()
+            if status == 429 { fields[.retryAfter] = "60" }
+            try await fleet.observe("k", window: window, status: status,
+                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
+        }
+        func went(_ count: Int, in window: Int) async throws {
+            for _ in 0..<count { #expect(try await decide() == .go(window: window)) }
+            let over = try await decide()
+            #expect(over.isGo == false, "more than \(count) went in window \(window)")
+            if let slot = over.window { try await fleet.release("k", window: slot) }
+        }
+
+        for _ in 0..<5 { #expect(try await decide().isGo) }
+        for _ in 0..<4 { try await answer(0, 200) }
+        try await answer(0, 429)
+        clock.advance(by: .seconds(61))
+        try await went(4, in: 1)
+        for _ in 0..<4 { try await answer(1, 200) }
+        clock.advance(by: .seconds(60))
+        try await went(4, in: 2)
+        try await answer(2, 200)
+        for _ in 0..<3 { try await answer(2, 429) }
+        clock.advance(by: .seconds(61))
+        try await went(1, in: 3)
+        try await answer(3, 200)
+        clock.advance(by: .seconds(60))
+        try await went(4, in: 4)
+    }
+
+    @Test("after a probe's refusal the window after the hold's keeps the old schedule")
+    func probeKeepsTheSchedule() async throws {
+        let redis = try await RedisServer.start()
+        defer { redis.stop() }
+        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
+        store.timeout = .seconds(5)
+        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
+        defer { Task { await stores.shutdown() } }
+        let backend = try #require(stores.backend(named: "fleet"))
+        let clock = ManualClock()
+        let start = clock.now
+        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+        func decide() async throws -> ProviderLimiter.Admission {
+            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
+        }
+        func answer(_ window: Int, _ status: Int) async throws {
+            var fields = HTTPFields()
+            if status == 429 { fields[.retryAfter] = "60" }
+            try await fleet.observe("k", window: window, status: status,
+                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
+        }
+
+        for _ in 0..<3 { #expect(try await decide().isGo) }
+        for _ in 0..<2 { try await answer(0, 200) }
+        try await answer(0, 429)
+        let refused = clock.now
+        // Four full windows of 2 (60 s each), then a probe of 3 refused 6 s into window 5.
+        for window in 1...4 {
+            clock.advance(by: .seconds(60))
+            for _ in 0..<2 { #expect(try await decide() == .go(window: window)) }
+            for _ in 0..<2 { try await answer(window, 200) }
+        }
+        clock.advance(by: .seconds(60))
+        for _ in 0..<3 { #expect(try await decide() == .go(window: 5)) }
+        clock.advance(by: .seconds(6))
+        for _ in 0..<2 { try await answer(5, 200) }
+        try await answer(5, 429)
+        clock.advance(by: .seconds(60))
+        for _ in 0..<2 { #expect(try await decide() == .go(window: 6)) }
+        // Window 7 begins 420 s after the first refusal (seven windows), not 426 (the probe's hold, then one).
+        let next = try await decide()
+        #expect(next.window == 7)
+        let expected = refused.advanced(by: .seconds(420))
+        let slot = try #require(next.slot)
+        #expect(slot > expected.advanced(by: .seconds(-1)) && slot < expected.advanced(by: .seconds(1)),
+                "window 7 at \(refused.duration(to: slot)) after the first refusal")
+    }
+}
