@@ -165,6 +165,17 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Bytes came: the peer is alive, whichever streams its frames were on (`HTTP2StreamsHandler`
+    /// passes on only the connection's own).
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if started {
+            heardFromPeer = true
+            pingDeadline?.cancel()
+            pingDeadline = nil
+        }
+        context.fireChannelReadComplete()
+    }
+
     // MARK: Parts
 
     /// Puts NIOHTTP2's handler (in its frame mode: no stream channels, and so no stream pushed

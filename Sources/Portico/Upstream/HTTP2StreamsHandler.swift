@@ -54,6 +54,8 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     private var nextStreamID: Int32 = 1
     private var context: ChannelHandlerContext?
     private let scheme: String
+    /// Streams ended this turn whose `onClose` has yet to run (`closeLater`).
+    private var pendingCloses: [Stream] = []
 
     init(isTLS: Bool) {
         scheme = isTLS ? "https" : "http"
@@ -176,11 +178,14 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
                 break
             }
         }
-        // Every frame is news from the peer for `HTTP2ConnectionHandler`'s keepalive.
-        context.fireChannelRead(data)
+        // The connection's own frames are `HTTP2ConnectionHandler`'s (it hears of the others'
+        // arrival at `channelReadComplete`, for its keepalive).
+        if frame.streamID == .rootStream { context.fireChannelRead(data) }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // NIOHTTP2's stream events are this handler's alone (several a request: not passed on
+        // to be cast again); anything else (TLS's) goes on.
         switch event {
         case let window as NIOHTTP2WindowUpdatedEvent:
             windowChanged(window, context: context)
@@ -195,10 +200,13 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
                     perform(stream.machine.channelInactive(), on: stream)
                 }
             }
-        default:
+        case is NIOHTTP2StreamCreatedEvent, is NIOHTTP2BulkStreamWindowChangeEvent:
+            // A stream's initial window moved (our SETTINGS acknowledged): the next DATA's
+            // `NIOHTTP2WindowUpdatedEvent` reports the window as it now is.
             break
+        default:
+            context.fireUserInboundEventTriggered(event)
         }
-        context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -302,13 +310,20 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     }
 
     /// The pool hears of the stream's end on the next turn, as it heard of a stream channel's
-    /// close: what it does then (closing a drained connection) must not run inside NIOHTTP2's read.
+    /// close: what it does then (closing a drained connection) must not run inside NIOHTTP2's
+    /// read. The ends of one turn go together, in one task.
     private func closeLater(_ stream: Stream) {
         guard let eventLoop = context?.eventLoop else {
             stream.onClose()
             return
         }
-        eventLoop.assumeIsolated().execute { stream.onClose() }
+        pendingCloses.append(stream)
+        guard pendingCloses.count == 1 else { return }
+        eventLoop.assumeIsolated().execute { [self] in
+            let ended = pendingCloses
+            pendingCloses.removeAll(keepingCapacity: true)
+            for stream in ended { stream.onClose() }
+        }
     }
 
     /// Ends the stream before both its sides have: `RST_STREAM(CANCEL)` (a stream channel's
