@@ -238,9 +238,9 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
         let head = Self.responseHead(status: status, headers.headers, requestIsHead: stream.requestIsHead,
                                      endStream: headers.endStream)
         let eventLoop = context.eventLoop
-        let cancel = NIOLoopBound((self, stream), eventLoop: eventLoop)
         perform(stream.machine.receivedHead(head) { waiter, length in
             guard let makeRelay = waiter.makeRelay else { return nil }
+            let cancel = NIOLoopBound((self, stream), eventLoop: eventLoop)
             return HTTP1ExchangeHandler.StreamedBody(
                 relay: makeRelay(length) { cancel.eventLoop.execute { cancel.value.0.cancel(cancel.value.1) } },
                 finished: eventLoop.makePromise(of: Bool.self))
