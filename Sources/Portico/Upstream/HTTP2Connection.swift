@@ -9,20 +9,21 @@ import Synchronization
 /// One HTTP/2 connection of an `HTTP2ConnectionPool`: a channel whose pipeline is, for TLS,
 /// `NIOSSLClientHandler` (+ the `PeerCertificateCheckHandler`s, as on HTTP/1.1), a
 /// `FlushCoalescingHandler` (the streams' flushes of one loop turn as one), then NIOHTTP2's
-/// `NIOHTTP2Handler` with its inline stream multiplexer, then an `HTTP2ConnectionHandler` that
-/// hears the connection's own frames (SETTINGS, GOAWAY, PING). Over TLS the HTTP/2 handlers are
+/// `NIOHTTP2Handler` in its frame mode (frames tagged with stream ids, no stream channels), an
+/// `HTTP2StreamsHandler` that runs the exchanges, and an `HTTP2ConnectionHandler` that hears
+/// the connection's own frames (SETTINGS, GOAWAY, PING). Over TLS the HTTP/2 handlers are
 /// added once ALPN has chosen `h2`; cleartext is prior knowledge (h2c), from the first byte.
 ///
-/// **A stream per request.** Each exchange is a stream channel whose pipeline is NIOHTTP2's
-/// `HTTP2FramePayloadToHTTP1ClientCodec` and an `HTTP1ExchangeHandler`: the stream speaks the
-/// HTTP/1-shaped parts the exchange machine already knows, so streaming both ways, the relay's
-/// backpressure (a stream's reads pause, its flow-control window stays shut, the other streams
-/// flow) and the deadline are the HTTP/1.1 exchange's, unchanged. Closing a stream channel
-/// before its end sends `RST_STREAM(CANCEL)` and leaves the connection to the others.
+/// **A stream per request**, as a row of `HTTP2StreamsHandler`'s table: the HTTP/1.1 exchange's
+/// machine drives it, so streaming both ways, the relay's backpressure (a stream's window stays
+/// shut while its reader is behind, the other streams flow) and the deadline are the HTTP/1.1
+/// exchange's, unchanged. A stream ended before its end is reset with `RST_STREAM(CANCEL)`,
+/// and the connection is left to the others.
 ///
-/// The codec maps the head: `Host` becomes `:authority`, names are lower-cased, and the
-/// connection-specific fields (`Connection` and what it names, `Keep-Alive`, `Proxy-Connection`,
-/// `Transfer-Encoding`, `Upgrade`) are dropped; `TE` never reaches it (`ForwardingHeaders`).
+/// The head is mapped as NIOHTTP2's HTTP/1 codec did: `Host` becomes `:authority`, names are
+/// lower-cased, and the connection-specific fields (`Connection` and what it names,
+/// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`) are dropped; `TE` never
+/// reaches it (`ForwardingHeaders`).
 struct HTTP2Connection: Sendable {
     /// What the pool hears of a connection, on its loop.
     struct Events: Sendable {
@@ -33,8 +34,8 @@ struct HTTP2Connection: Sendable {
     }
 
     let channel: any Channel
-    /// Set once the connection speaks HTTP/2 (ALPN chose h2, or prior knowledge).
-    let multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>
+    /// Set once the connection speaks HTTP/2 (ALPN chose h2, or prior knowledge): its streams.
+    let streams: NIOLoopBoundBox<HTTP2StreamsHandler?>
     /// The peer's first SETTINGS' `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: no limit).
     let initialMaxStreams: Int?
     /// Why the connection was ended under its streams, when the upstream broke the protocol
@@ -120,8 +121,7 @@ struct HTTP2Connection: Sendable {
                         events: Events) async throws -> HTTP2Connection {
         let ready = loop.makePromise(of: Int?.self)
         let failure = Failure()
-        let box = NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>.makeEmptyBox(
-            valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: loop)
+        let box = NIOLoopBoundBox<HTTP2StreamsHandler?>.makeEmptyBox(valueType: HTTP2StreamsHandler.self, eventLoop: loop)
         let bootstrap = ClientBootstrap(group: loop)
             .connectTimeout(timeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -132,7 +132,7 @@ struct HTTP2Connection: Sendable {
                     // NIOHTTP2's handler goes in after this one (before `HTTP2ConnectionHandler`).
                     try pipeline.addHandler(FlushCoalescingHandler())
                     let handler = HTTP2ConnectionHandler(ready: ready, configuration: configuration, events: events,
-                                                         multiplexer: box, failure: failure, isTLS: endpoint.tls != nil)
+                                                         streams: box, failure: failure, isTLS: endpoint.tls != nil)
                     try pipeline.addHandler(handler)
                     handler.limitStart(to: timeout, failure: timeoutFailure, on: channel.eventLoop)
                 }
@@ -156,54 +156,87 @@ struct HTTP2Connection: Sendable {
             channel.close(promise: nil)
             throw error
         }
-        return HTTP2Connection(channel: channel, multiplexer: box, initialMaxStreams: maxStreams, failure: failure)
+        return HTTP2Connection(channel: channel, streams: box, initialMaxStreams: maxStreams, failure: failure)
     }
 
-    /// A new stream channel, set up as a one-exchange `HTTP1Connection`. On the connection's
-    /// loop (where the pool calls it) without a suspension: NIOHTTP2 creates and activates the
-    /// stream within the call (its initializer here is synchronous), so the exchange's write
-    /// follows in the same turn of the loop.
-    nonisolated(nonsending) func openStream(isTLS: Bool) async throws -> HTTP1Connection {
+    /// One exchange on a new stream of this connection (`HTTP2StreamsHandler`): returns the
+    /// response (with a streamed body, at its head). `onClose` runs on the connection's loop once
+    /// the stream has ended, whatever ended it (also when it never opened). Cancelling the task
+    /// resets the stream (`RST_STREAM(CANCEL)`); the connection carries on. A streamed request
+    /// body is written part by part after the head, each part awaited until the stream's window
+    /// took it; if one fails, the stream is reset.
+    nonisolated(nonsending) func execute(_ exchange: HTTP1Exchange, onClose: @escaping @Sendable () -> Void) async throws -> HTTP1Response {
         let eventLoop = channel.eventLoop
-        guard eventLoop.inEventLoop else {
-            return try await eventLoop.flatSubmit { self.startStream(isTLS: isTLS).opened }.get()
+        let streams = self.streams
+        let stream = NIOLoopBoundBox<HTTP2StreamsHandler.Stream?>.makeEmptyBox(valueType: HTTP2StreamsHandler.Stream.self,
+                                                                               eventLoop: eventLoop)
+        let cancel: @Sendable () -> Void = {
+            eventLoop.execute {
+                if let handler = streams.value, let open = stream.value { handler.cancel(open) }
+            }
         }
-        let start = startStream(isTLS: isTLS)
-        if let outcome = start.outcome { return try outcome.get() }
-        return try await start.opened.get()
+        guard let upload = exchange.upload else {
+            // One suspension: the stream opens at once when this task runs on the connection's
+            // loop (the pool's does), and the response resumes the task there.
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    if eventLoop.inEventLoop {
+                        Self.open(exchange, on: streams, into: stream, onClose: onClose) { continuation.resume(with: $0) }
+                    } else {
+                        eventLoop.execute {
+                            Self.open(exchange, on: streams, into: stream, onClose: onClose) { continuation.resume(with: $0) }
+                        }
+                    }
+                }
+            } onCancel: {
+                cancel()
+            }
+        }
+        return try await withTaskCancellationHandler {
+            let (sent, response) = try await eventLoop.submit {
+                let promise = eventLoop.makePromise(of: HTTP1Response.self)
+                return (Self.open(exchange, on: streams, into: stream, onClose: onClose, complete: promise.completeWith),
+                        promise.futureResult)
+            }.get()
+            // Refused: the body stays unread, so the request can still go out on another connection.
+            guard sent else { return try await response.get() }
+            // After the head was queued on the event loop, so the parts follow it.
+            Task {
+                do {
+                    try await upload.run { chunk in
+                        try await Self.write(chunk, on: streams, stream: stream, eventLoop: eventLoop)
+                    }
+                    try await Self.write(nil, on: streams, stream: stream, eventLoop: eventLoop)
+                } catch {
+                    cancel()
+                }
+            }
+            return try await response.get()
+        } onCancel: {
+            cancel()
+        }
     }
 
-    /// Creates the stream channel, on the loop. `outcome`: known at once (the usual case).
-    private func startStream(isTLS: Bool) -> (outcome: Result<HTTP1Connection, any Error>?, opened: EventLoopFuture<HTTP1Connection>) {
-        let eventLoop = channel.eventLoop
-        let promise = eventLoop.makePromise(of: HTTP1Connection.self)
-        guard let multiplexer = multiplexer.value, channel.isActive else {
-            let refused = HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed"))
-            promise.fail(refused)
-            return (.failure(refused), promise.futureResult)
+    /// Opens the stream, on the loop. `true`: the request went out.
+    @discardableResult
+    private static func open(_ exchange: HTTP1Exchange, on streams: NIOLoopBoundBox<HTTP2StreamsHandler?>,
+                             into stream: NIOLoopBoundBox<HTTP2StreamsHandler.Stream?>, onClose: @escaping @Sendable () -> Void,
+                             complete: @escaping HTTP1ExchangeHandler.Completion) -> Bool {
+        guard let handler = streams.value else {
+            onClose()
+            complete(.failure(HTTP2StreamRefused(failure: .connectionClosed("the HTTP/2 connection closed"))))
+            return false
         }
-        let created = eventLoop.makePromise(of: (any Channel).self)
-        let handlerBox = NIOLoopBoundBox<HTTP1ExchangeHandler?>.makeEmptyBox(valueType: HTTP1ExchangeHandler.self,
-                                                                              eventLoop: eventLoop)
-        multiplexer.createStreamChannel(promise: created) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                let pipeline = stream.pipeline.syncOperations
-                try pipeline.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: isTLS ? .https : .http))
-                let handler = HTTP1ExchangeHandler(ready: stream.eventLoop.makePromise(), awaitsHandshake: false)
-                try pipeline.addHandler(handler)
-                handlerBox.value = handler
-            }
-        }
-        var outcome: Result<HTTP1Connection, any Error>?
-        created.futureResult.assumeIsolated().whenComplete { result in  // runs at once if already complete
-            let opened: Result<HTTP1Connection, any Error> = switch result {
-            case .success(let stream): .success(HTTP1Connection(channel: stream, handler: handlerBox))
-            case .failure(let error): .failure(HTTP2StreamRefused.from(error) ?? error)
-            }
-            outcome = opened
-            promise.completeWith(opened)
-        }
-        return (outcome, promise.futureResult)
+        return handler.open(exchange, box: stream, onClose: onClose, complete: complete)
+    }
+
+    /// A part of a streamed request body (`nil`: its end), once the stream's window took it.
+    private static func write(_ part: ByteBuffer?, on streams: NIOLoopBoundBox<HTTP2StreamsHandler?>,
+                              stream: NIOLoopBoundBox<HTTP2StreamsHandler.Stream?>, eventLoop: any EventLoop) async throws {
+        try await eventLoop.flatSubmit {
+            if let handler = streams.value, let open = stream.value, let written = handler.write(part, on: open) { return written }
+            return eventLoop.makeFailedFuture(UpstreamError.connectionClosed("the HTTP/2 stream ended"))
+        }.get()
     }
 
     var isActive: Bool { channel.isActive }
@@ -213,11 +246,11 @@ struct HTTP2Connection: Sendable {
     /// ended, so a reload lets streams finish.
     func close() {
         let channel = self.channel
-        let multiplexer = self.multiplexer
+        let streams = self.streams
         let failure = self.failure
         onLoop {
             // A connection the upstream broke has had NIOHTTP2's GOAWAY (with the error's code).
-            guard multiplexer.value != nil, channel.isActive, failure.recorded == nil else {
+            guard streams.value != nil, channel.isActive, failure.recorded == nil else {
                 channel.close(promise: nil)
                 return
             }
@@ -234,9 +267,9 @@ struct HTTP2Connection: Sendable {
     /// flight (a reload or a drain retiring it; the pool closes it at its last stream's end).
     func goAway() {
         let channel = self.channel
-        let multiplexer = self.multiplexer
+        let streams = self.streams
         onLoop {
-            guard multiplexer.value != nil, channel.isActive else { return }
+            guard streams.value != nil, channel.isActive else { return }
             channel.writeAndFlush(Self.goAwayFrame, promise: nil)
         }
     }

@@ -31,8 +31,9 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private let ready: EventLoopPromise<Int?>
     private let configuration: HTTP2Config
     private let events: HTTP2Connection.Events
-    private let multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>
+    private let streams: NIOLoopBoundBox<HTTP2StreamsHandler?>
     private let failure: HTTP2Connection.Failure
+    private let isTLS: Bool
     private var context: ChannelHandlerContext?
     private var startTimer: Scheduled<Void>?
     private var keepalive: RepeatedTask?
@@ -43,11 +44,12 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private var started = false
 
     init(ready: EventLoopPromise<Int?>, configuration: HTTP2Config, events: HTTP2Connection.Events,
-         multiplexer: NIOLoopBoundBox<NIOHTTP2Handler.StreamMultiplexer?>, failure: HTTP2Connection.Failure, isTLS: Bool) {
+         streams: NIOLoopBoundBox<HTTP2StreamsHandler?>, failure: HTTP2Connection.Failure, isTLS: Bool) {
         self.ready = ready
         self.configuration = configuration
         self.events = events
-        self.multiplexer = multiplexer
+        self.streams = streams
+        self.isTLS = isTLS
         self.failure = failure
         state = isTLS ? .negotiating : .awaitingSettings
     }
@@ -63,7 +65,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        if context.channel.isActive, case .awaitingSettings = state, multiplexer.value == nil { startHTTP2(context: context) }
+        if context.channel.isActive, case .awaitingSettings = state, streams.value == nil { startHTTP2(context: context) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -71,7 +73,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        if case .awaitingSettings = state, multiplexer.value == nil { startHTTP2(context: context) }
+        if case .awaitingSettings = state, streams.value == nil { startHTTP2(context: context) }
         context.fireChannelActive()
     }
 
@@ -163,20 +165,30 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Bytes came: the peer is alive, whichever streams its frames were on (`HTTP2StreamsHandler`
+    /// passes on only the connection's own).
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if started {
+            heardFromPeer = true
+            pingDeadline?.cancel()
+            pingDeadline = nil
+        }
+        context.fireChannelReadComplete()
+    }
+
     // MARK: Parts
 
-    /// Puts NIOHTTP2's handler (with its inline multiplexer) before this one; pushed streams,
-    /// which our SETTINGS refuse, are closed should one come.
+    /// Puts NIOHTTP2's handler (in its frame mode: no stream channels, and so no stream pushed
+    /// to us, which our SETTINGS refuse anyway) and the `HTTP2StreamsHandler` before this one.
     private func startHTTP2(context: ChannelHandlerContext) {
         do {
-            let handler = NIOHTTP2Handler(mode: .client, eventLoop: context.eventLoop,
-                                          connectionConfiguration: HTTP2Connection.connectionConfiguration(),
-                                          streamConfiguration: HTTP2Connection.streamConfiguration()) { pushed in
-                pushed.close()
-            }
+            let handler = NIOHTTP2Handler(mode: .client, connectionConfiguration: HTTP2Connection.connectionConfiguration(),
+                                          streamConfiguration: HTTP2Connection.streamConfiguration())
+            let streamsHandler = HTTP2StreamsHandler(isTLS: isTLS)
             try context.pipeline.syncOperations.addHandler(handler, position: .before(self))
+            try context.pipeline.syncOperations.addHandler(streamsHandler, position: .before(self))
             started = true
-            multiplexer.value = try handler.syncMultiplexer()
+            streams.value = streamsHandler
             // The connection's window starts at RFC 9113's 65,535 bytes and NIOHTTP2 raises it to
             // its target only once DATA arrives: a burst of responses would stall on it for a
             // round trip. Opened whole at once, right after the preface and our SETTINGS.

@@ -9,8 +9,8 @@ import Synchronization
 /// which, and when another opens); the connections' count is the upstream's `max_connections`,
 /// shared with the other loops through one `SharedCap` written per connection, never per request.
 ///
-/// A request is a stream (`HTTP2Connection.openStream`); its end (the stream channel's close,
-/// whatever ended it) gives its room back. A stream the upstream refused before its application
+/// A request is a stream (`HTTP2Connection.execute`); its end (whatever ended it) gives its
+/// room back. A stream the upstream refused before its application
 /// saw it (`HTTP2StreamRefused`: REFUSED_STREAM, above a GOAWAY's last stream id) goes out once
 /// more on another connection (or a new one), safe for any method; `onRefusedRetry` counts it.
 ///
@@ -181,20 +181,11 @@ final class HTTP2ConnectionPool: Sendable {
             connection = try await connect(id, wait: wait, on: share)
             entry = id
         }
-        let stream: HTTP1Connection
         do {
-            stream = try await connection.openStream(isTLS: isTLS)
-        } catch {
-            onLoop(share) { [self] in perform(share.machine.streamClosed(entry), on: share) }
-            if let failure = connection.failure.recorded { throw failure }
-            throw RefusedOn(error, entry: entry) ?? error
-        }
-        // Whatever ends the stream (its end, a reset, a cancel, the connection's close) gives its room back.
-        stream.channel.closeFuture.whenComplete { [self] _ in
-            perform(share.machine.streamClosed(entry), on: share)
-        }
-        do {
-            return try await stream.execute(exchange)
+            // Whatever ends the stream (its end, a reset, a cancel, the connection's close) gives its room back.
+            return try await connection.execute(exchange) { [self] in
+                perform(share.machine.streamClosed(entry), on: share)
+            }
         } catch {
             // A connection the upstream broke (a flood, a malformed frame): its error, never sent again.
             if let failure = connection.failure.recorded { throw failure }

@@ -18,9 +18,9 @@ struct HTTP2ConnectionHandlerTests {
     /// Connects a channel with the handler and returns the bytes it wrote: the client preface, then frames.
     static func opening() throws -> (preface: String?, frames: [Frame], channel: EmbeddedChannel) {
         let channel = EmbeddedChannel()
-        let box = NIOLoopBoundBox.makeEmptyBox(valueType: NIOHTTP2Handler.StreamMultiplexer.self, eventLoop: channel.eventLoop)
+        let box = NIOLoopBoundBox.makeEmptyBox(valueType: HTTP2StreamsHandler.self, eventLoop: channel.eventLoop)
         let handler = HTTP2ConnectionHandler(ready: channel.eventLoop.makePromise(), configuration: HTTP2Config(),
-                                             events: .init(settings: { _ in }, goAway: {}), multiplexer: box,
+                                             events: .init(settings: { _ in }, goAway: {}), streams: box,
                                              failure: HTTP2Connection.Failure(), isTLS: false)
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 80)).wait()
