@@ -180,13 +180,7 @@ struct HTTP2Connection: Sendable {
             // loop (the pool's does), and the response resumes the task there.
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
-                    if eventLoop.inEventLoop {
-                        Self.open(exchange, on: streams, into: stream, onClose: onClose) { continuation.resume(with: $0) }
-                    } else {
-                        eventLoop.execute {
-                            Self.open(exchange, on: streams, into: stream, onClose: onClose) { continuation.resume(with: $0) }
-                        }
-                    }
+                    onLoop { Self.open(exchange, on: streams, into: stream, onClose: onClose) { continuation.resume(with: $0) } }
                 }
             } onCancel: {
                 cancel()

@@ -13,31 +13,54 @@ import Testing
 struct ProviderLimiterFleetScriptTests {
     static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
 
-    @Test("after a window with a refusal the guess is what the provider served in it (a 429 answered first, a late answer of an earlier window not counted), and reservations booked under the old guess do not all go")
-    func guessFollowsTheRefusedWindow() async throws {
-        let redis = try await RedisServer.start()
-        defer { redis.stop() }
-        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
-        store.timeout = .seconds(5)
-        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
-        defer { Task { await stores.shutdown() } }
-        let backend = try #require(stores.backend(named: "fleet"))
+    /// A `redis-server` of the test's own, the script on it for one scope (`k`), and the manual
+    /// clock its runs are moved ahead by.
+    final class Script {
+        let redis: RedisServer
+        let stores: RateLimitStores
+        let backend: RedisBucketStore
         let clock = ManualClock()
-        let start = clock.now
-        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+        let fleet: RedisProviderBudgets
+
+        init() async throws {
+            redis = try await RedisServer.start()
+            var store = StoreConfig(host: "127.0.0.1", port: redis.port)
+            store.timeout = .seconds(5)
+            stores = try RateLimitStores(stores: ["fleet": store], logger: ProviderLimiterFleetScriptTests.logger)
+            backend = try #require(stores.backend(named: "fleet"))
+            let (clock, start) = (clock, clock.now)
+            fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
+        }
 
         func decide() async throws -> ProviderLimiter.Admission {
             try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
         }
+
+        /// The provider's answer to a request that went in `window`; a 429 holds 60 s.
         func answer(_ window: Int, _ status: Int) async throws {
             var fields = HTTPFields()
             if status == 429 { fields[.retryAfter] = "60" }
             try await fleet.observe("k", window: window, status: status,
                                     ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
         }
+
+        func stop() {
+            let stores = stores
+            Task { await stores.shutdown() }
+            redis.stop()
+        }
+    }
+
+    @Test("after a window with a refusal the guess is what the provider served in it (a 429 answered first, a late answer of an earlier window not counted), and reservations booked under the old guess do not all go")
+    func guessFollowsTheRefusedWindow() async throws {
+        let script = try await Script()
+        defer { script.stop() }
+        let (clock, fleet) = (script.clock, script.fleet)
+        func decide() async throws -> ProviderLimiter.Admission { try await script.decide() }
+        func answer(_ window: Int, _ status: Int) async throws { try await script.answer(window, status) }
         func limit() async throws -> Int? {
-            let key = backend.config.keyPrefix + "provider:vendor:k"
-            return try await backend.send(["HGET", .string(key), "limit"]).string.flatMap { Int($0) }
+            let key = script.backend.config.keyPrefix + "provider:vendor:k"
+            return try await script.backend.send(["HGET", .string(key), "limit"]).string.flatMap { Int($0) }
         }
 
         // Since the start: seven go, six are served, the seventh refused: a guess of six.
@@ -68,25 +91,11 @@ struct ProviderLimiterFleetScriptTests {
 
     @Test("a count served whole and then refused is tried again once, after one full window at the lowered guess")
     func refusedCleanCountIsTriedAgain() async throws {
-        let redis = try await RedisServer.start()
-        defer { redis.stop() }
-        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
-        store.timeout = .seconds(5)
-        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
-        defer { Task { await stores.shutdown() } }
-        let backend = try #require(stores.backend(named: "fleet"))
-        let clock = ManualClock()
-        let start = clock.now
-        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
-        func decide() async throws -> ProviderLimiter.Admission {
-            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
-        }
-        func answer(_ window: Int, _ status: Int) async throws {
-            var fields = HTTPFields()
-            if status == 429 { fields[.retryAfter] = "60" }
-            try await fleet.observe("k", window: window, status: status,
-                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
-        }
+        let script = try await Script()
+        defer { script.stop() }
+        let (clock, fleet) = (script.clock, script.fleet)
+        func decide() async throws -> ProviderLimiter.Admission { try await script.decide() }
+        func answer(_ window: Int, _ status: Int) async throws { try await script.answer(window, status) }
         func went(_ count: Int, in window: Int) async throws {
             for _ in 0..<count { #expect(try await decide() == .go(window: window)) }
             let over = try await decide()
@@ -113,25 +122,11 @@ struct ProviderLimiterFleetScriptTests {
 
     @Test("after a probe's refusal the window after the hold's keeps the old schedule")
     func probeKeepsTheSchedule() async throws {
-        let redis = try await RedisServer.start()
-        defer { redis.stop() }
-        var store = StoreConfig(host: "127.0.0.1", port: redis.port)
-        store.timeout = .seconds(5)
-        let stores = try RateLimitStores(stores: ["fleet": store], logger: Self.logger)
-        defer { Task { await stores.shutdown() } }
-        let backend = try #require(stores.backend(named: "fleet"))
-        let clock = ManualClock()
-        let start = clock.now
-        let fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
-        func decide() async throws -> ProviderLimiter.Admission {
-            try await fleet.decide("k", defaultHold: .seconds(1), at: clock.now)
-        }
-        func answer(_ window: Int, _ status: Int) async throws {
-            var fields = HTTPFields()
-            if status == 429 { fields[.retryAfter] = "60" }
-            try await fleet.observe("k", window: window, status: status,
-                                    ProviderLimitHeaders.observe(fields, status: status, now: clock.wallNow), defaultHold: .seconds(1))
-        }
+        let script = try await Script()
+        defer { script.stop() }
+        let clock = script.clock
+        func decide() async throws -> ProviderLimiter.Admission { try await script.decide() }
+        func answer(_ window: Int, _ status: Int) async throws { try await script.answer(window, status) }
 
         for _ in 0..<3 { #expect(try await decide().isGo) }
         for _ in 0..<2 { try await answer(0, 200) }
