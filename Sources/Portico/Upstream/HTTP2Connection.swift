@@ -27,7 +27,8 @@ import Synchronization
 struct HTTP2Connection: Sendable {
     /// What the pool hears of a connection, on its loop.
     struct Events: Sendable {
-        /// The peer's `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: it sets none).
+        /// The peer's `SETTINGS_MAX_CONCURRENT_STREAMS` changed (`nil`: its first SETTINGS set
+        /// none, so no limit; later ones without it change nothing and are not told).
         var settings: @Sendable (Int?) -> Void
         /// `GOAWAY`: no new streams; those below its last stream id finish.
         var goAway: @Sendable () -> Void
@@ -36,7 +37,9 @@ struct HTTP2Connection: Sendable {
     let channel: any Channel
     /// Set once the connection speaks HTTP/2 (ALPN chose h2, or prior knowledge): its streams.
     let streams: NIOLoopBoundBox<HTTP2StreamsHandler?>
-    /// The peer's first SETTINGS' `SETTINGS_MAX_CONCURRENT_STREAMS` (`nil`: no limit).
+    /// The peer's stream limit when the connection became ready (`nil`: no limit): its first
+    /// SETTINGS' `SETTINGS_MAX_CONCURRENT_STREAMS` in cleartext, `assumedPeerStreams` over TLS
+    /// (ready before the SETTINGS came: `HTTP2ConnectionHandler`).
     let initialMaxStreams: Int?
     /// Why the connection was ended under its streams, when the upstream broke the protocol
     /// (`HTTP2ConnectionHandler`): what those streams' callers hear, rather than the CANCEL
@@ -75,6 +78,9 @@ struct HTTP2Connection: Sendable {
     /// Every window's size before SETTINGS or WINDOW_UPDATE change it (RFC 9113 §6.9.2).
     static let defaultWindow = 65_535
     static let maxHeaderListSize = 64 * 1024
+    /// The peer's stream limit until its SETTINGS say: RFC 9113 §6.5.2's recommended least, and
+    /// NIOHTTP2's own assumption for the streams it lets out meanwhile.
+    static let assumedPeerStreams = 100
 
     /// NIOHTTP2's limits on what a hostile upstream can make Portico hold or do, set here
     /// rather than left to the library's defaults (each is tested against a flooding server in
@@ -115,7 +121,7 @@ struct HTTP2Connection: Sendable {
     }
 
     /// Connects and, with TLS, completes the handshake (ALPN must choose `h2`, else
-    /// `HTTP2Unavailable`) and waits for the peer's SETTINGS, all within `timeout`.
+    /// `HTTP2Unavailable`); in cleartext, waits for the peer's SETTINGS; all within `timeout`.
     static func connect(to endpoint: HTTP1Connection.Endpoint, on loop: any EventLoop, configuration: HTTP2Config,
                         timeout: TimeAmount, failure timeoutFailure: UpstreamError,
                         events: Events) async throws -> HTTP2Connection {

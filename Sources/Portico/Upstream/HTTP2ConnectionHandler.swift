@@ -6,11 +6,19 @@ import NIOTLS
 /// The last handler of an `HTTP2Connection`'s pipeline. It starts HTTP/2 — at once on a
 /// cleartext connection (prior knowledge), after the TLS handshake when ALPN chose `h2` (else
 /// the connect fails with `HTTP2Unavailable`) — by putting NIOHTTP2's handler before itself;
-/// then it says when the connection is ready (the peer's first SETTINGS, which carry its
-/// stream limit), tells the pool of later SETTINGS and of GOAWAY, and keeps the connection
+/// then it says when the connection is ready, tells the pool of the peer's SETTINGS and of
+/// GOAWAY, and keeps the connection
 /// honest with PING: after `ping_interval` without a frame from the peer it sends one, and a
 /// connection that stays silent `ping_timeout` longer is closed (its streams fail; the pool
 /// opens another connection for the next request).
+///
+/// **When it is ready.** Over TLS, as soon as ALPN chose `h2`: the server has said it speaks
+/// HTTP/2, and the first requests go out beside the preface instead of a round trip later,
+/// after the server's SETTINGS (RFC 9113 §3.4 lets a client send before it has them). Until
+/// they come the peer's stream limit is taken to be `HTTP2Connection.assumedPeerStreams` (100,
+/// the least §6.5.2 recommends, and the limit NIOHTTP2 itself holds its outbound streams to
+/// meanwhile); the SETTINGS then set it, lower or higher. In cleartext (prior knowledge) only
+/// the peer's SETTINGS prove it speaks HTTP/2 at all, so the connection waits for them.
 ///
 /// Every method runs on the channel's event loop.
 final class HTTP2ConnectionHandler: ChannelDuplexHandler {
@@ -21,10 +29,19 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private enum State {
         /// TLS: waiting for the handshake and its ALPN choice.
         case negotiating
-        /// HTTP/2 started: waiting for the peer's SETTINGS.
+        /// Cleartext, HTTP/2 started: waiting for the peer's SETTINGS before it is ready.
         case awaitingSettings
+        /// TLS chose h2: ready, streams going out; the peer's first SETTINGS not in yet.
+        case activeBeforeSettings
         case active
         case closed
+    }
+
+    private var isReady: Bool {
+        switch state {
+        case .activeBeforeSettings, .active: true
+        case .negotiating, .awaitingSettings, .closed: false
+        }
     }
 
     private var state: State
@@ -55,7 +72,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Fails the connect with `failure` unless the connection is ready within `timeout` (the
-    /// TCP connect timeout covers neither TLS nor the peer's SETTINGS).
+    /// TCP connect timeout covers neither TLS nor, in cleartext, the peer's SETTINGS).
     func limitStart(to timeout: TimeAmount, failure: UpstreamError, on eventLoop: any EventLoop) {
         let handler = NIOLoopBound(self, eventLoop: eventLoop)
         startTimer = eventLoop.scheduleTask(in: timeout) {
@@ -90,15 +107,24 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
                 fail(HTTP2Unavailable(negotiated: negotiated))
                 return
             }
-            state = .awaitingSettings
             startHTTP2(context: context)
+            if started { becomeReady(.activeBeforeSettings, peerLimit: HTTP2Connection.assumedPeerStreams, context: context) }
         }
         context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard case .active = state else {
+        guard isReady else {
             fail(NIOUpstream.classify(error, afterHead: false, limit: 0) ?? error)
+            context.close(promise: nil)
+            return
+        }
+        // TLS 1.3: a server judges our certificate (mTLS) after our side of the handshake has
+        // finished, so its refusal comes after the connection was ready, before its SETTINGS.
+        // It is the connect's failure (`upstream_tls_error`), as it would be had we waited.
+        if case .activeBeforeSettings = state, let tls = TLSFailure.describe(nioError: error) {
+            failure.record(.tls(tls))
+            events.goAway()
             context.close(promise: nil)
             return
         }
@@ -149,14 +175,18 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         switch frame.payload {
         case .settings(.settings(let settings)):
             let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }).map { $0.value }
-            if case .awaitingSettings = state {
+            switch state {
+            case .awaitingSettings:
+                becomeReady(.active, peerLimit: limit, context: context)
+            case .activeBeforeSettings:
+                // The first SETTINGS: the limit they carry replaces the assumed one (none: unlimited).
                 state = .active
-                startTimer?.cancel()
-                startTimer = nil
-                startKeepalive(context: context)
-                ready.succeed(limit)
-            } else if let limit {
                 events.settings(limit)
+            case .active:
+                // A later SETTINGS without the parameter leaves the limit as it was.
+                if let limit { events.settings(limit) }
+            case .negotiating, .closed:
+                break
             }
         case .goAway:
             events.goAway()
@@ -177,6 +207,15 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     // MARK: Parts
+
+    /// The connect succeeds: the pool may open streams, up to `peerLimit` (`nil`: unlimited).
+    private func becomeReady(_ next: State, peerLimit: Int?, context: ChannelHandlerContext) {
+        state = next
+        startTimer?.cancel()
+        startTimer = nil
+        startKeepalive(context: context)
+        ready.succeed(peerLimit)
+    }
 
     /// Puts NIOHTTP2's handler (in its frame mode: no stream channels, and so no stream pushed
     /// to us, which our SETTINGS refuse anyway) and the `HTTP2StreamsHandler` before this one.
@@ -213,7 +252,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func keepaliveTick() {
-        guard let context, case .active = state else { return }
+        guard let context, isReady else { return }
         if heardFromPeer {
             heardFromPeer = false
             return
@@ -240,7 +279,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             stopTimers()
             ready.fail(error)
             context?.close(promise: nil)
-        case .active, .closed:
+        case .activeBeforeSettings, .active, .closed:
             break
         }
     }

@@ -239,7 +239,7 @@ final class HTTP2ConnectionPool: Sendable {
         let remaining = wait.limit - .now()
         let events = HTTP2Connection.Events(
             settings: { [self] limit in
-                if let limit { perform(share.machine.settingsChanged(id, peerLimit: limit), on: share) }
+                perform(share.machine.settingsChanged(id, peerLimit: limit), on: share)
             },
             goAway: { [self] in perform(share.machine.goAway(id), on: share) })
         let connection: HTTP2Connection

@@ -61,6 +61,9 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
         var connection: Connection?
         var open = 0
         var limit: Int
+        /// The peer's SETTINGS came while it was connecting (over TLS the connection is ready
+        /// before them, and its loop can tell them before the opener tells `connected`).
+        var limitHeard = false
         var draining = false
 
         var hasRoom: Bool { connection != nil && !draining && open < limit }
@@ -133,8 +136,8 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
 
     // MARK: Connections' events
 
-    /// The connection opened for `id` is ready; `peerLimit` from its SETTINGS. Its opener has
-    /// its first stream.
+    /// The connection opened for `id` is ready; `peerLimit` the peer's stream limit to start
+    /// with, unless its SETTINGS were heard first. Its opener has its first stream.
     mutating func connected(_ id: EntryID, connection: Connection, peerLimit: Int?) -> Action {
         guard let index = entries.firstIndex(where: { $0.id == id }) else { return Action(close: [connection]) }
         if isShutDown {
@@ -143,7 +146,7 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
             return Action(close: [connection])
         }
         entries[index].connection = connection
-        entries[index].limit = Self.limit(ours: maxStreams, peer: peerLimit)
+        if !entries[index].limitHeard { entries[index].limit = Self.limit(ours: maxStreams, peer: peerLimit) }
         entries[index].open = 1
         return drain()
     }
@@ -176,10 +179,11 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
         return drain()
     }
 
-    /// The peer's SETTINGS changed its stream limit.
-    mutating func settingsChanged(_ id: EntryID, peerLimit: Int) -> Action {
+    /// The peer's SETTINGS changed its stream limit (`nil`: it has none).
+    mutating func settingsChanged(_ id: EntryID, peerLimit: Int?) -> Action {
         guard let index = entries.firstIndex(where: { $0.id == id }) else { return .none }
         entries[index].limit = Self.limit(ours: maxStreams, peer: peerLimit)
+        entries[index].limitHeard = true
         return drain()
     }
 

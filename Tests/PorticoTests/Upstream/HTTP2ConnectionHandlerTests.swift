@@ -1,6 +1,8 @@
 import NIOCore
 import NIOEmbedded
 import NIOHTTP2
+import NIOTLS
+import Synchronization
 import Testing
 @testable import Portico
 
@@ -56,6 +58,95 @@ struct HTTP2ConnectionHandlerTests {
         let increment = update?.readInteger(as: UInt32.self).map { $0 & 0x7fff_ffff }
         #expect(increment.map { 65_535 + Int($0) } == 4 * 1024 * 1024)
         #expect(frames.firstIndex { $0.type == 0x8 } == 1, "right after SETTINGS")
+    }
+
+    /// What a connection told: its connect's outcome and the pool's SETTINGS events.
+    final class Heard: Sendable {
+        let ready = Mutex<Int??>(nil)
+        let settings = Mutex<[Int?]>([])
+    }
+
+    /// A handler on a connected `EmbeddedChannel` whose connect outcome and events land in `heard`.
+    static func connection(isTLS: Bool) throws -> (EmbeddedChannel, Heard) {
+        let channel = EmbeddedChannel()
+        let heard = Heard()
+        let ready = channel.eventLoop.makePromise(of: Int?.self)
+        ready.futureResult.whenSuccess { limit in heard.ready.withLock { $0 = .some(limit) } }
+        let box = NIOLoopBoundBox.makeEmptyBox(valueType: HTTP2StreamsHandler.self, eventLoop: channel.eventLoop)
+        let handler = HTTP2ConnectionHandler(ready: ready, configuration: HTTP2Config(),
+                                             events: .init(settings: { limit in heard.settings.withLock { $0.append(limit) } },
+                                                           goAway: {}),
+                                             streams: box, failure: HTTP2Connection.Failure(), isTLS: isTLS)
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
+        return (channel, heard)
+    }
+
+    /// A server's SETTINGS frame, as bytes (RFC 9113 §6.5).
+    static func settingsFrame(_ settings: [(UInt16, UInt32)]) -> ByteBuffer {
+        var bytes = ByteBuffer()
+        let length = settings.count * 6
+        bytes.writeInteger(UInt8(length >> 16))
+        bytes.writeInteger(UInt16(length & 0xffff))
+        bytes.writeInteger(UInt8(0x4))
+        bytes.writeInteger(UInt8(0))
+        bytes.writeInteger(UInt32(0))
+        for (id, value) in settings {
+            bytes.writeInteger(id)
+            bytes.writeInteger(value)
+        }
+        return bytes
+    }
+
+    @Test("over TLS the connection is ready when ALPN chose h2, assuming 100 streams; the peer's SETTINGS then set the limit, or lift it")
+    func readyBeforeSettingsOverTLS() throws {
+        let (channel, heard) = try Self.connection(isTLS: true)
+        defer { _ = try? channel.finish() }
+        #expect(heard.ready.withLock { $0 } == nil, "not before the handshake")
+        channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: "h2"))
+        #expect(heard.ready.withLock { $0 } == .some(100), "ready with no byte from the server yet")
+        var written = ByteBuffer()
+        while var part = try channel.readOutbound(as: ByteBuffer.self) { written.writeBuffer(&part) }
+        #expect(written.readString(length: 24) == "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+        // The first SETTINGS replace the assumed limit; a later one without the parameter changes nothing.
+        try channel.writeInbound(Self.settingsFrame([(0x3, 7)]))
+        try channel.writeInbound(Self.settingsFrame([(0x4, 65_535)]))
+        try channel.writeInbound(Self.settingsFrame([(0x3, 250)]))
+        #expect(heard.settings.withLock { $0 } == [7, 250])
+
+        // First SETTINGS with no stream limit: the pool hears `nil` (no limit but ours).
+        let (other, otherHeard) = try Self.connection(isTLS: true)
+        defer { _ = try? other.finish() }
+        other.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: "h2"))
+        try other.writeInbound(Self.settingsFrame([(0x4, 65_535)]))
+        #expect(otherHeard.settings.withLock { $0 } == [nil])
+    }
+
+    @Test("in cleartext (prior knowledge) the connection is ready only at the peer's SETTINGS, with their limit")
+    func cleartextWaitsForSettings() throws {
+        let (channel, heard) = try Self.connection(isTLS: false)
+        defer { _ = try? channel.finish() }
+        #expect(heard.ready.withLock { $0 } == nil, "no proof yet that the peer speaks HTTP/2")
+        try channel.writeInbound(Self.settingsFrame([(0x3, 5)]))
+        #expect(heard.ready.withLock { $0 } == .some(5))
+        #expect(heard.settings.withLock { $0 }.isEmpty, "told as the connect's outcome, not as a change")
+    }
+
+    @Test("over TLS, ALPN choosing anything but h2 fails the connect with HTTP2Unavailable")
+    func refusesWithoutH2() throws {
+        let channel = EmbeddedChannel()
+        let ready = channel.eventLoop.makePromise(of: Int?.self)
+        let failed = Mutex(false)
+        ready.futureResult.whenFailure { error in failed.withLock { $0 = error is HTTP2Unavailable } }
+        let box = NIOLoopBoundBox.makeEmptyBox(valueType: HTTP2StreamsHandler.self, eventLoop: channel.eventLoop)
+        try channel.pipeline.syncOperations.addHandler(
+            HTTP2ConnectionHandler(ready: ready, configuration: HTTP2Config(), events: .init(settings: { _ in }, goAway: {}),
+                                   streams: box, failure: HTTP2Connection.Failure(), isTLS: true))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
+        channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: "http/1.1"))
+        #expect(failed.withLock { $0 })
+        _ = try? channel.finish()
     }
 }
 

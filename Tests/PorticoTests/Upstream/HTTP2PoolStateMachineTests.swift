@@ -52,6 +52,25 @@ struct HTTP2PoolStateMachineTests {
         #expect(machine.limit(of: c) == 3)
     }
 
+    @Test("a TLS connection ready before the peer's SETTINGS: their limit, heard first, is not overwritten by the assumed one; the first SETTINGS without a limit lifts it to ours")
+    func settingsBeforeConnected() throws {
+        var machine = Self.machine(streams: 8)
+        // The loop tells the SETTINGS (a limit of 2) before the opener's `connected` (assuming 100).
+        guard case .connect(let id) = machine.lease() else { Issue.record("a connection opens"); return }
+        _ = machine.settingsChanged(id, peerLimit: 2)
+        _ = machine.connected(id, connection: "c1", peerLimit: HTTP2Connection.assumedPeerStreams)
+        #expect(machine.limit(of: id) == 2)
+        guard case .use("c1", _) = machine.lease() else { Issue.record("second stream"); return }
+        guard case .wait = machine.lease() else { Issue.record("the peer's 2, not the assumed 100"); return }
+
+        // Ready with the assumed limit, then SETTINGS that set none: no limit but ours.
+        var other = Self.machine(streams: 150)
+        let c = try Self.open(&other, "c2", peerLimit: HTTP2Connection.assumedPeerStreams)
+        #expect(other.limit(of: c) == 100)
+        _ = other.settingsChanged(c, peerLimit: nil)
+        #expect(other.limit(of: c) == 150)
+    }
+
     @Test("a second connection opens only when every one is full, within connections_per_loop and max_connections")
     func opensWhenFull() throws {
         let cap = SharedCap(name: "test.h2.cap")
