@@ -377,141 +377,29 @@ extension ProviderLimiter.Admission {
     var window: Int? { if case .reserved(_, let window) = self { window } else { nil } }
 }
 
-/// The limiter against a simulated provider on the manual clock: 20 a second in fixed windows,
-/// its remaining count and `t` (whole seconds, rounded up) on every answer, offered 60 a second
-/// for 20 s — the issue's goals for one replica.
-@Suite("Provider limits: a simulated overload")
-struct ProviderLimiterSimulationTests {
-    @Test("offered three times what the provider allows: it serves at least 90 % of what it allows and refuses at most 1 % of what is forwarded")
-    func overload() async throws {
-        let clock = ManualClock()
-        var config = ProviderLimitsConfig()
-        config.maxWait = .seconds(5)
-        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
-        let t0 = clock.now
-        let quota = 20
-        var windowIndex = -1, used = 0
-        var served = 0, refusedByProvider = 0, refusedHere = 0
+/// Drives a limiter on the manual clock as 60 callers a second for 20 s would (1,200 steps):
+/// each step delivers the answers due, wakes the waiters whose time came (one holding a reserved
+/// slot claims it, the others ask again), then a new request arrives. A request whose wait would
+/// pass `maxWait` is refused here; one that goes reaches `provider`, which answers with the status
+/// and fields the limiter hears `delay` steps later.
+enum ProviderSimulation {
+    typealias Answer = (delay: Int, status: Int, fields: HTTPFields)
+
+    /// Returns how many requests the limiter refused (their wait past `maxWait`).
+    static func run(_ limits: ProviderLimiter, clock: ManualClock, maxWait: Duration,
+                    provider: () -> Answer) async -> Int {
+        var refusedHere = 0
         // Waiters: when they wake, and whether they hold a reserved slot (else they ask again).
         var waiters: [(at: ContinuousClock.Instant, window: Int?, arrived: ContinuousClock.Instant)] = []
-
-        // Answers reach the limiter `latency` steps after the provider counted the request.
         var answers: [(due: Int, status: Int, fields: HTTPFields)] = []
         var stepIndex = 0
-        let latency = 3
-        func forward() async {
-            let elapsed = t0.duration(to: clock.now)
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let window = Int(seconds.rounded(.down))
-            if window != windowIndex { windowIndex = window; used = 0 }
-            used += 1
-            let resetIn = Int((Double(window + 1) - seconds).rounded(.up))
-            var fields = HTTPFields()
-            fields.append(HTTPField(name: HTTPField.Name("RateLimit-Policy")!, value: "\"s\";q=\(quota);w=1"))
-            if used <= quota {
-                served += 1
-                fields.append(HTTPField(name: HTTPField.Name("RateLimit")!, value: "\"s\";r=\(quota - used);t=\(max(1, resetIn))"))
-                answers.append((stepIndex + latency, 200, fields))
-            } else {
-                refusedByProvider += 1
-                fields.append(HTTPField(name: HTTPField.Name("RateLimit")!, value: "\"s\";r=0;t=\(max(1, resetIn))"))
-                fields.append(HTTPField(name: .retryAfter, value: String(max(1, resetIn))))
-                answers.append((stepIndex + latency, 429, fields))
-            }
-        }
-
-        func handle(_ admission: ProviderLimiter.Admission, arrived: ContinuousClock.Instant) async {
-            let now = clock.now
-            let left = config.maxWait - arrived.duration(to: now)
-            switch admission {
-            case .go:
-                await forward()
-            case .waitUntil(let instant):
-                if now.duration(to: instant) > left { refusedHere += 1 } else { waiters.append((instant, nil, arrived)) }
-            case .reserved(let instant, let window):
-                if now.duration(to: instant) > left {
-                    limits.release("", window: window)
-                    refusedHere += 1
-                } else {
-                    waiters.append((instant, window, arrived))
-                }
-            }
-        }
-
-        let step = Duration.nanoseconds(16_666_667)   // 60 a second
-        for index in 0..<1_200 {
-            stepIndex = index
-            for answer in answers where answer.due <= index {
-                await limits.observe("", status: answer.status, fields: answer.fields)
-            }
-            answers.removeAll { $0.due <= index }
-            let now = clock.now
-            let due = waiters.filter { $0.at <= now }
-            waiters.removeAll { $0.at <= now }
-            for waiter in due.sorted(by: { $0.at < $1.at }) {
-                let admission = if let window = waiter.window { limits.claim("", window: window, at: now) } else { limits.decide("", at: now) }
-                await handle(admission, arrived: waiter.arrived)
-            }
-            await handle(limits.decide("", at: now), arrived: now)
-            clock.advance(by: step)
-        }
-        let allowed = 20 * quota
-        let forwarded = served + refusedByProvider
-        print("simulation: served \(served) of \(allowed), provider refused \(refusedByProvider), refused here \(refusedHere)")
-        #expect(Double(served) >= 0.9 * Double(allowed), "served \(served) of \(allowed); refused here \(refusedHere)")
-        #expect(Double(refusedByProvider) <= 0.01 * Double(forwarded), "the provider refused \(refusedByProvider) of \(forwarded)")
-    }
-}
-
-/// The limiter against a simulated provider that sends only `Retry-After` (whole seconds to the
-/// end of its window, at least 1): 20 a second in windows aligned on its own clock, the load
-/// beginning 0.7 s into one (so the first guess, served since the start, spans two of them and
-/// is too high), offered 60 a second for 20 s. It answers a refusal sooner than a success, so
-/// the limiter hears a window's 429 before its 200s.
-@Suite("Provider limits: a simulated overload of a provider that sends only Retry-After")
-struct ProviderLimiterRetryAfterSimulationTests {
-    @Test("the guess comes down in one refusal; after it no window gets more than the budget and one probe, and nothing reaches the provider late in a hold")
-    func retryAfterOnlyOverload() async throws {
-        let clock = ManualClock()
-        var config = ProviderLimitsConfig()
-        config.maxWait = .seconds(5)
-        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
-        let t0 = clock.now
-        let quota = 20, offset = 0.7
-        var arrivals: [Int: Int] = [:], refusals: [Int: Int] = [:]   // by the provider's window
-        var holdBegan = -1.0, holdUntil = -1.0, lateInHold = 0, refusedHere = 0
-        var waiters: [(at: ContinuousClock.Instant, window: Int?, arrived: ContinuousClock.Instant)] = []
-        var answers: [(due: Int, status: Int, fields: HTTPFields)] = []
-        var stepIndex = 0
-
-        func providerNow() -> Double {
-            let elapsed = t0.duration(to: clock.now)
-            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18 + offset
-        }
-        func forward() {
-            let now = providerNow()
-            let window = Int(now.rounded(.down))
-            // As bench/pace-provider.py counts `during_hold_late`: 100 ms or more into a hold.
-            if now < holdUntil, now - holdBegan >= 0.1 { lateInHold += 1 }
-            arrivals[window, default: 0] += 1
-            if arrivals[window, default: 0] <= quota {
-                answers.append((stepIndex + 3, 200, HTTPFields()))
-            } else {
-                refusals[window, default: 0] += 1
-                let retry = max(1, Int((Double(window + 1) - now).rounded(.up)))
-                if now >= holdUntil { holdBegan = now }
-                holdUntil = max(holdUntil, now + Double(retry))
-                var fields = HTTPFields()
-                fields.append(HTTPField(name: .retryAfter, value: String(retry)))
-                answers.append((stepIndex + 2, 429, fields))
-            }
-        }
         func handle(_ admission: ProviderLimiter.Admission, arrived: ContinuousClock.Instant) {
             let now = clock.now
-            let left = config.maxWait - arrived.duration(to: now)
+            let left = maxWait - arrived.duration(to: now)
             switch admission {
             case .go:
-                forward()
+                let answer = provider()
+                answers.append((stepIndex + answer.delay, answer.status, answer.fields))
             case .waitUntil(let instant):
                 if now.duration(to: instant) > left { refusedHere += 1 } else { waiters.append((instant, nil, arrived)) }
             case .reserved(let instant, let window):
@@ -540,6 +428,90 @@ struct ProviderLimiterRetryAfterSimulationTests {
             }
             handle(limits.decide("", at: now), arrived: now)
             clock.advance(by: step)
+        }
+        return refusedHere
+    }
+
+    /// Seconds since `t0` on `clock`.
+    static func seconds(since t0: ContinuousClock.Instant, on clock: ManualClock) -> Double {
+        let elapsed = t0.duration(to: clock.now)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+}
+
+/// The limiter against a simulated provider on the manual clock: 20 a second in fixed windows,
+/// its remaining count and `t` (whole seconds, rounded up) on every answer, offered 60 a second
+/// for 20 s — the issue's goals for one replica.
+@Suite("Provider limits: a simulated overload")
+struct ProviderLimiterSimulationTests {
+    @Test("offered three times what the provider allows: it serves at least 90 % of what it allows and refuses at most 1 % of what is forwarded")
+    func overload() async throws {
+        let clock = ManualClock()
+        var config = ProviderLimitsConfig()
+        config.maxWait = .seconds(5)
+        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
+        let t0 = clock.now
+        let quota = 20
+        var windowIndex = -1, used = 0
+        var served = 0, refusedByProvider = 0
+        // Answers reach the limiter 3 steps after the provider counted the request.
+        let refusedHere = await ProviderSimulation.run(limits, clock: clock, maxWait: config.maxWait) {
+            let seconds = ProviderSimulation.seconds(since: t0, on: clock)
+            let window = Int(seconds.rounded(.down))
+            if window != windowIndex { windowIndex = window; used = 0 }
+            used += 1
+            let resetIn = Int((Double(window + 1) - seconds).rounded(.up))
+            var fields = HTTPFields()
+            fields.append(HTTPField(name: HTTPField.Name("RateLimit-Policy")!, value: "\"s\";q=\(quota);w=1"))
+            if used <= quota {
+                served += 1
+                fields.append(HTTPField(name: HTTPField.Name("RateLimit")!, value: "\"s\";r=\(quota - used);t=\(max(1, resetIn))"))
+                return (3, 200, fields)
+            }
+            refusedByProvider += 1
+            fields.append(HTTPField(name: HTTPField.Name("RateLimit")!, value: "\"s\";r=0;t=\(max(1, resetIn))"))
+            fields.append(HTTPField(name: .retryAfter, value: String(max(1, resetIn))))
+            return (3, 429, fields)
+        }
+        let allowed = 20 * quota
+        let forwarded = served + refusedByProvider
+        print("simulation: served \(served) of \(allowed), provider refused \(refusedByProvider), refused here \(refusedHere)")
+        #expect(Double(served) >= 0.9 * Double(allowed), "served \(served) of \(allowed); refused here \(refusedHere)")
+        #expect(Double(refusedByProvider) <= 0.01 * Double(forwarded), "the provider refused \(refusedByProvider) of \(forwarded)")
+    }
+}
+
+/// The limiter against a simulated provider that sends only `Retry-After` (whole seconds to the
+/// end of its window, at least 1): 20 a second in windows aligned on its own clock, the load
+/// beginning 0.7 s into one (so the first guess, served since the start, spans two of them and
+/// is too high), offered 60 a second for 20 s. It answers a refusal sooner than a success, so
+/// the limiter hears a window's 429 before its 200s.
+@Suite("Provider limits: a simulated overload of a provider that sends only Retry-After")
+struct ProviderLimiterRetryAfterSimulationTests {
+    @Test("the guess comes down in one refusal; after it no window gets more than the budget and one probe, and nothing reaches the provider late in a hold")
+    func retryAfterOnlyOverload() async throws {
+        let clock = ManualClock()
+        var config = ProviderLimitsConfig()
+        config.maxWait = .seconds(5)
+        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
+        let t0 = clock.now
+        let quota = 20, offset = 0.7
+        var arrivals: [Int: Int] = [:], refusals: [Int: Int] = [:]   // by the provider's window
+        var holdBegan = -1.0, holdUntil = -1.0, lateInHold = 0
+        let refusedHere = await ProviderSimulation.run(limits, clock: clock, maxWait: config.maxWait) {
+            let now = ProviderSimulation.seconds(since: t0, on: clock) + offset
+            let window = Int(now.rounded(.down))
+            // As bench/pace-provider.py counts `during_hold_late`: 100 ms or more into a hold.
+            if now < holdUntil, now - holdBegan >= 0.1 { lateInHold += 1 }
+            arrivals[window, default: 0] += 1
+            guard arrivals[window, default: 0] > quota else { return (3, 200, HTTPFields()) }
+            refusals[window, default: 0] += 1
+            let retry = max(1, Int((Double(window + 1) - now).rounded(.up)))
+            if now >= holdUntil { holdBegan = now }
+            holdUntil = max(holdUntil, now + Double(retry))
+            var fields = HTTPFields()
+            fields.append(HTTPField(name: .retryAfter, value: String(retry)))
+            return (2, 429, fields)
         }
         let windows = arrivals.keys.sorted()
         print("simulation (Retry-After only): arrivals by window \(windows.map { "\($0):\(arrivals[$0]!)/\(refusals[$0, default: 0])" }), late in hold \(lateInHold), refused here \(refusedHere)")
