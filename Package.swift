@@ -78,6 +78,12 @@ let package = Package(
         ),
         // Which threads take each lock on the request path (the confinement test of issue #33).
         .target(name: "LockAudit", swiftSettings: strict),
+        // One write for the flushes of an event loop's turn (HTTP/2 connections, Redis connections).
+        .target(
+            name: "FlushCoalescing",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: strict
+        ),
         .target(
             name: "MicroHTTPD",
             dependencies: ["CMicroHTTPD", "LockAudit"],
@@ -87,6 +93,7 @@ let package = Package(
         .target(
             name: "RedisClient",
             dependencies: [
+                "FlushCoalescing",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -99,6 +106,7 @@ let package = Package(
         .target(
             name: "Portico",
             dependencies: [
+                "FlushCoalescing",
                 "MicroHTTPD",
                 "LockAudit",
                 "CZlib",
@@ -202,6 +210,7 @@ let package = Package(
         .testTarget(
             name: "PorticoTests",
             dependencies: [
+                "FlushCoalescing",
                 "Portico",
                 "LockAudit",
                 "PorticoTesting",

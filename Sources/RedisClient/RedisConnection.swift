@@ -1,3 +1,4 @@
+import FlushCoalescing
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -175,6 +176,8 @@ final class RedisConnection: Sendable {
                         let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: serverName)
                         try channel.pipeline.syncOperations.addHandler(tls)
                     }
+                    // The commands sent in one turn of the loop (each request flushes its own) leave as one write.
+                    try channel.pipeline.syncOperations.addHandler(FlushCoalescingHandler())
                     try channel.pipeline.syncOperations.addHandler(RedisChannelHandler(maxPending: maxPending, record: record))
                 }
             }

@@ -20,6 +20,8 @@ import Synchronization
 /// caller gets `.timeout` (a late reply is then read and dropped, the connection kept).
 public final class RedisConnectionPool: Sendable {
     public let configuration: RedisConfiguration
+    /// `configuration.description`, for the timeout's message: made once, not per command.
+    private let shown: String
     private let sslContext: NIOSSLContext?
     private let logger: Logger
     private let lanes: [RedisConnectionLane]
@@ -38,6 +40,7 @@ public final class RedisConnectionPool: Sendable {
 
     private init(configuration: RedisConfiguration, sslContext: NIOSSLContext?, eventLoopGroup: any EventLoopGroup, logger: Logger) {
         self.configuration = configuration
+        shown = configuration.description
         self.sslContext = sslContext
         self.logger = logger
         let loops = Array(eventLoopGroup.makeIterator())
@@ -167,7 +170,7 @@ public final class RedisConnectionPool: Sendable {
 
     private func scheduleTimeout<Value>(_ promise: EventLoopPromise<Value>, deadline: NIODeadline,
                                         on eventLoop: any EventLoop) -> Scheduled<Void> {
-        let shown = configuration.description
+        let shown = shown
         return eventLoop.scheduleTask(deadline: deadline) {
             promise.fail(RedisError(.timeout, "no reply from \(shown) in time"))
         }

@@ -1,3 +1,4 @@
+import FlushCoalescing
 import NIOCore
 import NIOHTTP1
 import NIOHTTP2

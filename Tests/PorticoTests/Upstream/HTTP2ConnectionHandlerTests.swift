@@ -1,3 +1,4 @@
+import FlushCoalescing
 import NIOCore
 import NIOEmbedded
 import NIOHTTP2
