@@ -381,13 +381,31 @@ extension ProviderLimiter.Admission {
 /// each step delivers the answers due, wakes the waiters whose time came (one holding a reserved
 /// slot claims it, the others ask again), then a new request arrives. A request whose wait would
 /// pass `maxWait` is refused here; one that goes reaches `provider`, which answers with the status
-/// and fields the limiter hears `delay` steps later.
-enum ProviderSimulation {
+/// and fields the limiter hears `delay` steps later. The limiter: `max_wait: 5s`, one scope.
+struct ProviderSimulation {
     typealias Answer = (delay: Int, status: Int, fields: HTTPFields)
 
+    let clock = ManualClock()
+    let maxWait = Duration.seconds(5)
+    let limits: ProviderLimiter
+    let t0: ContinuousClock.Instant
+
+    init() {
+        var config = ProviderLimitsConfig()
+        config.maxWait = maxWait
+        limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
+        t0 = clock.now
+    }
+
+    /// Seconds since the start, on the manual clock.
+    var seconds: Double {
+        let elapsed = t0.duration(to: clock.now)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
     /// Returns how many requests the limiter refused (their wait past `maxWait`).
-    static func run(_ limits: ProviderLimiter, clock: ManualClock, maxWait: Duration,
-                    provider: () -> Answer) async -> Int {
+    func run(provider: () -> Answer) async -> Int {
+        let clock = clock, limits = limits, maxWait = maxWait
         var refusedHere = 0
         // Waiters: when they wake, and whether they hold a reserved slot (else they ask again).
         var waiters: [(at: ContinuousClock.Instant, window: Int?, arrived: ContinuousClock.Instant)] = []
@@ -431,12 +449,6 @@ enum ProviderSimulation {
         }
         return refusedHere
     }
-
-    /// Seconds since `t0` on `clock`.
-    static func seconds(since t0: ContinuousClock.Instant, on clock: ManualClock) -> Double {
-        let elapsed = t0.duration(to: clock.now)
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-    }
 }
 
 /// The limiter against a simulated provider on the manual clock: 20 a second in fixed windows,
@@ -446,17 +458,13 @@ enum ProviderSimulation {
 struct ProviderLimiterSimulationTests {
     @Test("offered three times what the provider allows: it serves at least 90 % of what it allows and refuses at most 1 % of what is forwarded")
     func overload() async throws {
-        let clock = ManualClock()
-        var config = ProviderLimitsConfig()
-        config.maxWait = .seconds(5)
-        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
-        let t0 = clock.now
+        let simulation = ProviderSimulation()
         let quota = 20
         var windowIndex = -1, used = 0
         var served = 0, refusedByProvider = 0
         // Answers reach the limiter 3 steps after the provider counted the request.
-        let refusedHere = await ProviderSimulation.run(limits, clock: clock, maxWait: config.maxWait) {
-            let seconds = ProviderSimulation.seconds(since: t0, on: clock)
+        let refusedHere = await simulation.run {
+            let seconds = simulation.seconds
             let window = Int(seconds.rounded(.down))
             if window != windowIndex { windowIndex = window; used = 0 }
             used += 1
@@ -490,16 +498,12 @@ struct ProviderLimiterSimulationTests {
 struct ProviderLimiterRetryAfterSimulationTests {
     @Test("the guess comes down in one refusal; after it no window gets more than the budget and one probe, and nothing reaches the provider late in a hold")
     func retryAfterOnlyOverload() async throws {
-        let clock = ManualClock()
-        var config = ProviderLimitsConfig()
-        config.maxWait = .seconds(5)
-        let limits = ProviderLimiter(upstream: "vendor", config: config, clock: clock)
-        let t0 = clock.now
+        let simulation = ProviderSimulation()
         let quota = 20, offset = 0.7
         var arrivals: [Int: Int] = [:], refusals: [Int: Int] = [:]   // by the provider's window
         var holdBegan = -1.0, holdUntil = -1.0, lateInHold = 0
-        let refusedHere = await ProviderSimulation.run(limits, clock: clock, maxWait: config.maxWait) {
-            let now = ProviderSimulation.seconds(since: t0, on: clock) + offset
+        let refusedHere = await simulation.run {
+            let now = simulation.seconds + offset
             let window = Int(now.rounded(.down))
             // As bench/pace-provider.py counts `during_hold_late`: 100 ms or more into a hold.
             if now < holdUntil, now - holdBegan >= 0.1 { lateInHold += 1 }
