@@ -7,10 +7,9 @@ import NIOTLS
 /// cleartext connection (prior knowledge), after the TLS handshake when ALPN chose `h2` (else
 /// the connect fails with `HTTP2Unavailable`) — by putting NIOHTTP2's handler before itself;
 /// then it says when the connection is ready, tells the pool of the peer's SETTINGS and of
-/// GOAWAY, and keeps the connection
-/// honest with PING: after `ping_interval` without a frame from the peer it sends one, and a
-/// connection that stays silent `ping_timeout` longer is closed (its streams fail; the pool
-/// opens another connection for the next request).
+/// GOAWAY, and keeps the connection honest with PING: after `ping_interval` without a frame
+/// from the peer it sends one, and a connection that stays silent `ping_timeout` longer is
+/// closed (its streams fail; the pool opens another connection for the next request).
 ///
 /// **When it is ready.** Over TLS, as soon as ALPN chose `h2`: the server has said it speaks
 /// HTTP/2, and the first requests go out beside the preface instead of a round trip later,
