@@ -23,9 +23,7 @@ struct FleetCacheReplicaTests {
 
         init() async throws {
             redis = try await RedisServer.start()
-            var store = StoreConfig(host: "127.0.0.1", port: redis.port)
-            store.timeout = .seconds(2)
-            stores = try RateLimitStores(stores: ["fleet": store], logger: FleetCacheReplicaTests.logger)
+            stores = try redis.fleetStores(timeout: .seconds(2))
             pool = try RedisConnectionPool(configuration: redis.configuration())
         }
 

@@ -1,5 +1,4 @@
 import HTTPTypes
-import Logging
 @testable import Portico
 import PorticoTesting
 import RedisClient
@@ -11,8 +10,6 @@ import Testing
 @Suite("Provider limits: the fleet's script guesses a silent provider's budget as the limiter does", .serialized,
        .enabled(if: RedisServer.available, "redis-server is not installed"))
 struct ProviderLimiterFleetScriptTests {
-    static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-
     /// A `redis-server` of the test's own, the script on it for one scope (`k`), and the manual
     /// clock its runs are moved ahead by.
     final class Script {
@@ -24,9 +21,7 @@ struct ProviderLimiterFleetScriptTests {
 
         init() async throws {
             redis = try await RedisServer.start()
-            var store = StoreConfig(host: "127.0.0.1", port: redis.port)
-            store.timeout = .seconds(5)
-            stores = try RateLimitStores(stores: ["fleet": store], logger: ProviderLimiterFleetScriptTests.logger)
+            stores = try redis.fleetStores(timeout: .seconds(5))
             backend = try #require(stores.backend(named: "fleet"))
             let (clock, start) = (clock, clock.now)
             fleet = RedisProviderBudgets(backend: backend, upstream: "vendor", ahead: { start.duration(to: clock.now) })
@@ -56,28 +51,26 @@ struct ProviderLimiterFleetScriptTests {
         let script = try await Script()
         defer { script.stop() }
         let (clock, fleet) = (script.clock, script.fleet)
-        func decide() async throws -> ProviderLimiter.Admission { try await script.decide() }
-        func answer(_ window: Int, _ status: Int) async throws { try await script.answer(window, status) }
         func limit() async throws -> Int? {
             let key = script.backend.config.keyPrefix + "provider:vendor:k"
             return try await script.backend.send(["HGET", .string(key), "limit"]).string.flatMap { Int($0) }
         }
 
         // Since the start: seven go, six are served, the seventh refused: a guess of six.
-        for _ in 0..<7 { #expect(try await decide().isGo) }
-        for _ in 0..<6 { try await answer(0, 200) }
-        try await answer(0, 429)
+        for _ in 0..<7 { #expect(try await script.decide().isGo) }
+        for _ in 0..<6 { try await script.answer(0, 200) }
+        try await script.answer(0, 429)
         #expect(try await limit() == 6)
-        #expect(try await decide().isGo == false, "held")
+        #expect(try await script.decide().isGo == false, "held")
         clock.advance(by: .seconds(60))
         // Window 1: six go, six book window 2 under the guess of six.
-        for _ in 0..<6 { #expect(try await decide() == .go(window: 1)) }
-        for _ in 0..<6 { #expect(try await decide().window == 2) }
+        for _ in 0..<6 { #expect(try await script.decide() == .go(window: 1)) }
+        for _ in 0..<6 { #expect(try await script.decide().window == 2) }
         // The provider served four of the six, and answered a 429 first; a straggler of window 0 comes too.
-        try await answer(1, 429)
-        for _ in 0..<4 { try await answer(1, 200) }
-        try await answer(0, 200)
-        try await answer(1, 429)
+        try await script.answer(1, 429)
+        for _ in 0..<4 { try await script.answer(1, 200) }
+        try await script.answer(0, 200)
+        try await script.answer(1, 429)
         #expect(try await limit() == 4, "served 4 of the 6 that went in window 1")
         clock.advance(by: .seconds(60))
         var went = 0, moved: [Int] = []
@@ -94,28 +87,26 @@ struct ProviderLimiterFleetScriptTests {
         let script = try await Script()
         defer { script.stop() }
         let (clock, fleet) = (script.clock, script.fleet)
-        func decide() async throws -> ProviderLimiter.Admission { try await script.decide() }
-        func answer(_ window: Int, _ status: Int) async throws { try await script.answer(window, status) }
         func went(_ count: Int, in window: Int) async throws {
-            for _ in 0..<count { #expect(try await decide() == .go(window: window)) }
-            let over = try await decide()
+            for _ in 0..<count { #expect(try await script.decide() == .go(window: window)) }
+            let over = try await script.decide()
             #expect(over.isGo == false, "more than \(count) went in window \(window)")
             if let slot = over.window { try await fleet.release("k", window: slot) }
         }
 
-        for _ in 0..<5 { #expect(try await decide().isGo) }
-        for _ in 0..<4 { try await answer(0, 200) }
-        try await answer(0, 429)
+        for _ in 0..<5 { #expect(try await script.decide().isGo) }
+        for _ in 0..<4 { try await script.answer(0, 200) }
+        try await script.answer(0, 429)
         clock.advance(by: .seconds(61))
         try await went(4, in: 1)
-        for _ in 0..<4 { try await answer(1, 200) }
+        for _ in 0..<4 { try await script.answer(1, 200) }
         clock.advance(by: .seconds(60))
         try await went(4, in: 2)
-        try await answer(2, 200)
-        for _ in 0..<3 { try await answer(2, 429) }
+        try await script.answer(2, 200)
+        for _ in 0..<3 { try await script.answer(2, 429) }
         clock.advance(by: .seconds(61))
         try await went(1, in: 3)
-        try await answer(3, 200)
+        try await script.answer(3, 200)
         clock.advance(by: .seconds(60))
         try await went(4, in: 4)
     }
@@ -125,28 +116,26 @@ struct ProviderLimiterFleetScriptTests {
         let script = try await Script()
         defer { script.stop() }
         let clock = script.clock
-        func decide() async throws -> ProviderLimiter.Admission { try await script.decide() }
-        func answer(_ window: Int, _ status: Int) async throws { try await script.answer(window, status) }
 
-        for _ in 0..<3 { #expect(try await decide().isGo) }
-        for _ in 0..<2 { try await answer(0, 200) }
-        try await answer(0, 429)
+        for _ in 0..<3 { #expect(try await script.decide().isGo) }
+        for _ in 0..<2 { try await script.answer(0, 200) }
+        try await script.answer(0, 429)
         let refused = clock.now
         // Four full windows of 2 (60 s each), then a probe of 3 refused 6 s into window 5.
         for window in 1...4 {
             clock.advance(by: .seconds(60))
-            for _ in 0..<2 { #expect(try await decide() == .go(window: window)) }
-            for _ in 0..<2 { try await answer(window, 200) }
+            for _ in 0..<2 { #expect(try await script.decide() == .go(window: window)) }
+            for _ in 0..<2 { try await script.answer(window, 200) }
         }
         clock.advance(by: .seconds(60))
-        for _ in 0..<3 { #expect(try await decide() == .go(window: 5)) }
+        for _ in 0..<3 { #expect(try await script.decide() == .go(window: 5)) }
         clock.advance(by: .seconds(6))
-        for _ in 0..<2 { try await answer(5, 200) }
-        try await answer(5, 429)
+        for _ in 0..<2 { try await script.answer(5, 200) }
+        try await script.answer(5, 429)
         clock.advance(by: .seconds(60))
-        for _ in 0..<2 { #expect(try await decide() == .go(window: 6)) }
+        for _ in 0..<2 { #expect(try await script.decide() == .go(window: 6)) }
         // Window 7 begins 420 s after the first refusal (seven windows), not 426 (the probe's hold, then one).
-        let next = try await decide()
+        let next = try await script.decide()
         #expect(next.window == 7)
         let expected = refused.advanced(by: .seconds(420))
         let slot = try #require(next.slot)
