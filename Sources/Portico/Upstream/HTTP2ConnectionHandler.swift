@@ -16,8 +16,10 @@ import NIOTLS
 /// after the server's SETTINGS (RFC 9113 §3.4 lets a client send before it has them). Until
 /// they come the peer's stream limit is taken to be `HTTP2Connection.assumedPeerStreams` (100,
 /// the least §6.5.2 recommends, and the limit NIOHTTP2 itself holds its outbound streams to
-/// meanwhile); the SETTINGS then set it, lower or higher. In cleartext (prior knowledge) only
-/// the peer's SETTINGS prove it speaks HTTP/2 at all, so the connection waits for them.
+/// meanwhile); the SETTINGS then set it, lower or higher. They are still due within the
+/// connect's timeout: without them the connection ends with the timeout's failure. In cleartext
+/// (prior knowledge) only the peer's SETTINGS prove it speaks HTTP/2 at all, so the connection
+/// waits for them.
 ///
 /// Every method runs on the channel's event loop.
 final class HTTP2ConnectionHandler: ChannelDuplexHandler {
@@ -71,11 +73,28 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Fails the connect with `failure` unless the connection is ready within `timeout` (the
-    /// TCP connect timeout covers neither TLS nor, in cleartext, the peer's SETTINGS).
+    /// TCP connect timeout covers neither TLS nor, in cleartext, the peer's SETTINGS). Over TLS
+    /// the peer's first SETTINGS are due within the same `timeout`: a server that chose h2 and
+    /// then says nothing ends the connection with `failure`, the streams sent on it too, rather
+    /// than holding each of them to its own deadline.
     func limitStart(to timeout: TimeAmount, failure: UpstreamError, on eventLoop: any EventLoop) {
         let handler = NIOLoopBound(self, eventLoop: eventLoop)
         startTimer = eventLoop.scheduleTask(in: timeout) {
-            handler.value.fail(failure)
+            handler.value.startTimedOut(failure)
+        }
+    }
+
+    private func startTimedOut(_ timeout: UpstreamError) {
+        startTimer = nil
+        switch state {
+        case .negotiating, .awaitingSettings:
+            fail(timeout)
+        case .activeBeforeSettings:
+            failure.record(timeout)
+            events.goAway()
+            context?.close(promise: nil)
+        case .active, .closed:
+            break
         }
     }
 
@@ -180,6 +199,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             case .activeBeforeSettings:
                 // The first SETTINGS: the limit they carry replaces the assumed one (none: unlimited).
                 state = .active
+                startTimer?.cancel()
+                startTimer = nil
                 events.settings(limit)
             case .active:
                 // A later SETTINGS without the parameter leaves the limit as it was.
@@ -210,8 +231,10 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// The connect succeeds: the pool may open streams, up to `peerLimit` (`nil`: unlimited).
     private func becomeReady(_ next: State, peerLimit: Int?, context: ChannelHandlerContext) {
         state = next
-        startTimer?.cancel()
-        startTimer = nil
+        if case .active = next {
+            startTimer?.cancel()
+            startTimer = nil
+        }
         startKeepalive(context: context)
         ready.succeed(peerLimit)
     }

@@ -80,16 +80,21 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
     let connectionsPerLoop: Int
     /// `max_concurrent_streams`: ours.
     let maxStreams: Int
+    /// The peer's stream limit a connection is counted on while it connects, before its SETTINGS
+    /// say (`HTTP2Connection.assumedPeerStreams`: over TLS it starts with that many).
+    let assumedPeerStreams: Int
     private var entries: [Entry] = []
     private var waiters: [WaiterEntry] = []
     private var nextID = 0
     private(set) var isShutDown = false
 
-    init(cap: SharedCap, maxConnections: Int, connectionsPerLoop: Int, maxStreams: Int) {
+    init(cap: SharedCap, maxConnections: Int, connectionsPerLoop: Int, maxStreams: Int,
+         assumedPeerStreams: Int = HTTP2Connection.assumedPeerStreams) {
         self.cap = cap
         self.maxConnections = maxConnections
         self.connectionsPerLoop = connectionsPerLoop
         self.maxStreams = maxStreams
+        self.assumedPeerStreams = assumedPeerStreams
     }
 
     static var shutDownError: UpstreamError { .connectFailed("client is shut down") }
@@ -247,9 +252,11 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
         max(0, min(ours, peer ?? ours))
     }
 
-    /// Streams the connections still connecting will carry beyond their openers' own.
+    /// Streams the connections still connecting will carry beyond their openers' own: their
+    /// limit, the assumed one until SETTINGS heard early say otherwise. (Counted at ours, a burst
+    /// over 100 streams waited for the first connection before it opened the next.)
     private func pendingCapacity() -> Int {
-        entries.reduce(0) { $0 + ($1.connection == nil ? maxStreams - 1 : 0) }
+        entries.reduce(0) { $0 + ($1.connection == nil ? max(0, $1.limit - 1) : 0) }
     }
 
     /// Takes a slot for a new connection if this loop and the upstream allow one.
@@ -259,7 +266,7 @@ struct HTTP2PoolStateMachine<Connection, Waiter> {
         }
         nextID += 1
         let id = EntryID(raw: nextID)
-        entries.append(Entry(id: id, connection: nil, limit: maxStreams))
+        entries.append(Entry(id: id, connection: nil, limit: Self.limit(ours: maxStreams, peer: assumedPeerStreams)))
         return id
     }
 

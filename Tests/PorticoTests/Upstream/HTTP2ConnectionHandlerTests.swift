@@ -65,6 +65,7 @@ struct HTTP2ConnectionHandlerTests {
     final class Heard: Sendable {
         let ready = Mutex<Int??>(nil)
         let settings = Mutex<[Int?]>([])
+        let goAways = Mutex(0)
     }
 
     /// A handler on a connected `EmbeddedChannel` whose connect outcome and events land in `heard`.
@@ -122,6 +123,39 @@ struct HTTP2ConnectionHandlerTests {
         other.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: "h2"))
         try other.writeInbound(Self.settingsFrame([(0x4, 65_535)]))
         #expect(otherHeard.settings.withLock { $0 } == [nil])
+    }
+
+    @Test("over TLS, a server that chose h2 but sends no SETTINGS within the connect's timeout: the connection ends with the timeout's failure, told as GOAWAY; SETTINGS in time keep it")
+    func settingsDueWithinTheConnectTimeout() throws {
+        func connection() throws -> (EmbeddedChannel, HTTP2Connection.Failure, Heard) {
+            let channel = EmbeddedChannel()
+            let failure = HTTP2Connection.Failure()
+            let heard = Heard()
+            let box = NIOLoopBoundBox.makeEmptyBox(valueType: HTTP2StreamsHandler.self, eventLoop: channel.eventLoop)
+            let handler = HTTP2ConnectionHandler(ready: channel.eventLoop.makePromise(of: Int?.self), configuration: HTTP2Config(),
+                                                 events: .init(settings: { _ in }, goAway: { heard.goAways.withLock { $0 += 1 } }),
+                                                 streams: box, failure: failure, isTLS: true)
+            try channel.pipeline.syncOperations.addHandler(handler)
+            handler.limitStart(to: TimeAmount.seconds(5), failure: UpstreamError.connectTimeout, on: channel.eventLoop)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
+            channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: "h2"))
+            return (channel, failure, heard)
+        }
+
+        let (silent, failure, heard) = try connection()
+        defer { _ = try? silent.finish() }
+        silent.embeddedEventLoop.advanceTime(by: TimeAmount.seconds(4))
+        #expect(silent.isActive && failure.recorded == nil, "ready, and still within the timeout")
+        silent.embeddedEventLoop.advanceTime(by: TimeAmount.seconds(2))
+        #expect(!silent.isActive, "closed")
+        #expect(failure.recorded == UpstreamError.connectTimeout, "what its streams' callers hear")
+        #expect(heard.goAways.withLock { $0 } == 1, "the pool sends no new stream there")
+
+        let (answered, answeredFailure, answeredHeard) = try connection()
+        defer { _ = try? answered.finish() }
+        try answered.writeInbound(Self.settingsFrame([(0x3, 100)]))
+        answered.embeddedEventLoop.advanceTime(by: TimeAmount.seconds(10))
+        #expect(answered.isActive && answeredFailure.recorded == nil && answeredHeard.goAways.withLock { $0 } == 0)
     }
 
     @Test("in cleartext (prior knowledge) the connection is ready only at the peer's SETTINGS, with their limit")

@@ -100,6 +100,25 @@ struct HTTP2PoolStateMachineTests {
         #expect(machine.cap.current == 0)
     }
 
+    @Test("with max_concurrent_streams above 100, a connecting connection counts for the 100 streams it will start with: a burst opens the next at once")
+    func burstPastTheAssumedLimit() throws {
+        var machine = Self.machine(perLoop: 3, streams: 250)
+        guard case .connect(let first) = machine.lease() else { Issue.record("open"); return }
+        for n in 1...99 {
+            guard case .wait = machine.lease() else { Issue.record("request \(n) waits for the connecting one"); return }
+            #expect(machine.enqueue("w\(n)", id: machine.makeWaiterID()).handovers.isEmpty)
+        }
+        guard case .connect = machine.lease() else { Issue.record("the 101st opens a second connection, not the 251st"); return }
+        #expect(machine.connectionCount == 2)
+        // Ready with the assumed 100: the 99 waiting take the rest of it.
+        let ready = machine.connected(first, connection: "c1", peerLimit: 100)
+        #expect(ready.handovers.count == 99)
+        #expect(machine.streams(on: first) == 100)
+        // Its SETTINGS then raise the limit to ours.
+        #expect(machine.settingsChanged(first, peerLimit: nil).handovers.isEmpty)
+        #expect(machine.limit(of: first) == 250)
+    }
+
     @Test("GOAWAY drains: no new streams there, a successor opens at once, the drained connection closes at its last stream")
     func goAway() throws {
         let cap = SharedCap(name: "test.h2.goaway")
