@@ -233,8 +233,19 @@ final class RedisProviderBudgets: Sendable {
         return result
         """)
 
+    /// The version of the hash's fields, in its key. A script whose fields change meaning bumps
+    /// it, so during a rolling upgrade the old and the new replicas keep budgets apart (each still
+    /// learning from the provider's answers) instead of reading each other's fields wrongly.
+    /// `FleetScriptLayoutTests` pins the script to this version.
+    static let layout = 2
+
     private func key(_ scope: String) -> [UInt8] {
-        Array((backend.config.keyPrefix + "provider:" + upstream + ":").utf8) + Array(scope.utf8)
+        Array(Self.hashName(prefix: backend.config.keyPrefix, upstream: upstream, scope: scope).utf8)
+    }
+
+    /// `PREFIXprovider:vLAYOUT:UPSTREAM:SCOPE`.
+    static func hashName(prefix: String, upstream: String, scope: String) -> String {
+        prefix + "provider:v\(layout):" + upstream + ":" + scope
     }
 
     private static func micros(_ duration: Duration?) -> String {

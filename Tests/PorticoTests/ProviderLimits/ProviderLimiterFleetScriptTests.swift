@@ -52,7 +52,7 @@ struct ProviderLimiterFleetScriptTests {
         defer { script.stop() }
         let (clock, fleet) = (script.clock, script.fleet)
         func limit() async throws -> Int? {
-            let key = script.backend.config.keyPrefix + "provider:vendor:k"
+            let key = RedisProviderBudgets.hashName(prefix: script.backend.config.keyPrefix, upstream: "vendor", scope: "k")
             return try await script.backend.send(["HGET", .string(key), "limit"]).string.flatMap { Int($0) }
         }
 
