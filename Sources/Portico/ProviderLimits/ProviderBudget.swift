@@ -15,8 +15,8 @@ extension ProviderLimiter {
         /// `limit` is this gateway's guess, the provider never having said one (it sends only
         /// `Retry-After`): what it served in the last window it refused in — the successes of the
         /// requests that went in that window, whenever their answers come (a 429 may be the first),
-        /// so never more than went — raised by one after four windows in a row filled without a
-        /// refusal, so a guess too low grows and one too high meets a 429.
+        /// so never more than went — raised by one (a probe) after `probeAfter` windows in a row
+        /// filled without a refusal, so a guess too low grows and one too high meets a 429.
         var limitGuessed = false
         /// Successful answers by the window their request went in (this one and the last; before
         /// a first guess all went in window 0, since the start), for that guess.
@@ -39,6 +39,14 @@ extension ProviderLimiter {
         /// burst's length each probe, until a burst began just before the provider's window.
         var anchor: ContinuousClock.Instant?
         var filledWindows = 0
+        /// Full windows before the next probe: four, doubled by each probe refused (up to
+        /// `maxProbeAfter`), four again after one held. A guess a probe has confirmed is
+        /// probed ever less often: each probe past the real budget costs a refusal and a hold.
+        var probeAfter = Budget.firstProbeAfter
+        /// The guess now is a probe's, not yet filled or refused.
+        var probing = false
+        static let firstProbeAfter = 4
+        static let maxProbeAfter = 32
         var hold: ContinuousClock.Instant?
         var inFlight = 0
         var waiting = 0
@@ -91,8 +99,16 @@ extension ProviderLimiter {
                 // our last burst, whose tail it counted with this window's. Try that count again
                 // once, after a full window at the lowered guess.
                 ceiling = clean.flatMap { $0 > limit ? $0 : nil }
+                if probing {
+                    probeAfter = min(probeAfter * 2, Budget.maxProbeAfter)
+                    probing = false
+                }
             }
             if limitGuessed, sent >= limit, !refused {
+                if probing {
+                    probeAfter = Budget.firstProbeAfter
+                    probing = false
+                }
                 clean = sent
                 filledWindows += 1
                 if let ceiling, ceiling > limit {
@@ -100,13 +116,14 @@ extension ProviderLimiter {
                     self.limit = limit
                     self.ceiling = nil
                     filledWindows = 0
-                } else if filledWindows >= 4 {
+                } else if filledWindows >= probeAfter {
                     // One more, not a share more: a probe past the provider's real budget then
                     // costs one refusal, the request that starts the hold; two or more would
                     // send the rest of the probe into a pause the provider has announced.
                     limit += 1
                     self.limit = limit
                     filledWindows = 0
+                    probing = true
                 }
             } else if refused {
                 filledWindows = 0

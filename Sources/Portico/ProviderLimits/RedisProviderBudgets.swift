@@ -26,8 +26,9 @@ final class RedisProviderBudgets: Sendable {
     /// `slotN` the reservations booked in window N (windows to come), `due` those of the current
     /// window not yet claimed, `sent` those gone in it (the first at `fsent`, the last at `lsent`);
     /// `srvN` the successes of requests that went in window N, `refw` the last window a silent
-    /// provider refused in, `guessed`, `filled`, `clean`, `ceil` and `anchor` for a provider silent about
-    /// its budget (as `ProviderLimiter.Budget`).
+    /// provider refused in, `guessed`, `filled`, `clean`, `ceil`, `anchor`, `probing` and `pafter`
+    /// (full windows before the next probe, 4 when absent) for a provider silent about its budget
+    /// (as `ProviderLimiter.Budget`).
     static let script = RedisScript("""
         local op = ARGV[1]
         local clock = redis.call('TIME')
@@ -40,14 +41,16 @@ final class RedisProviderBudgets: Sendable {
           local refused = b.refw == (b.wnum or 0)
           if b.guessed and refused then
             if b.clean and b.clean > b.limit then b.ceil = b.clean else b.ceil = nil end
+            if b.probing then b.pafter = math.min((b.pafter or 4) * 2, 32); b.probing = nil end
           end
           if b.guessed and (b.sent or 0) >= b.limit and not refused then
+            if b.probing then b.pafter = nil; b.probing = nil end
             b.clean = b.sent
             b.filled = (b.filled or 0) + 1
             if b.ceil and b.ceil > b.limit then
               b.limit = b.ceil; b.ceil = nil; b.filled = nil
-            elseif b.filled >= 4 then
-              b.limit = b.limit + 1; b.filled = nil
+            elseif b.filled >= (b.pafter or 4) then
+              b.limit = b.limit + 1; b.filled = nil; b.probing = 1
             end
           elseif refused then
             b.filled = nil

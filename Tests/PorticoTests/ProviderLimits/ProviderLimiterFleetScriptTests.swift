@@ -111,6 +111,36 @@ struct ProviderLimiterFleetScriptTests {
         try await went(4, in: 4)
     }
 
+    @Test("probes past a steady budget back off as the limiter's do: after 4, 8, then 16 full windows")
+    func probesBackOff() async throws {
+        let script = try await Script()
+        defer { script.stop() }
+        let (clock, fleet) = (script.clock, script.fleet)
+        // A budget of 2, learned from a first window's refusal.
+        for _ in 0..<3 { #expect(try await script.decide().isGo) }
+        for _ in 0..<2 { try await script.answer(0, 200) }
+        try await script.answer(0, 429)
+        var probes: [Int] = []
+        for window in 1...34 {
+            clock.advance(by: .seconds(60))
+            var went = 0
+            while true {
+                let admission = try await script.decide()
+                guard admission.isGo else {
+                    if let slot = admission.window { try await fleet.release("k", window: slot) }
+                    break
+                }
+                went += 1
+            }
+            for n in 0..<went { try await script.answer(window, n < 2 ? 200 : 429) }
+            if went > 2 {
+                probes.append(window)
+                clock.advance(by: .seconds(1))   // past the probe's hold
+            }
+        }
+        #expect(probes == [5, 14, 31], "probed in windows \(probes)")
+    }
+
     @Test("after a probe's refusal the window after the hold's keeps the old schedule")
     func probeKeepsTheSchedule() async throws {
         let script = try await Script()

@@ -403,8 +403,9 @@ struct ProviderSimulation {
         return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }
 
-    /// Returns how many requests the limiter refused (their wait past `maxWait`).
-    func run(provider: () -> Answer) async -> Int {
+    /// Offers 60 a second for `seconds`; returns how many requests the limiter refused (their
+    /// wait past `maxWait`).
+    func run(seconds: Int = 20, provider: () -> Answer) async -> Int {
         let clock = clock, limits = limits, maxWait = maxWait
         var refusedHere = 0
         // Waiters: when they wake, and whether they hold a reserved slot (else they ask again).
@@ -431,7 +432,7 @@ struct ProviderSimulation {
         }
 
         let step = Duration.nanoseconds(16_666_667)   // 60 a second
-        for index in 0..<1_200 {
+        for index in 0..<(seconds * 60) {
             stepIndex = index
             for answer in answers where answer.due <= index {
                 await limits.observe("", status: answer.status, fields: answer.fields)
@@ -533,5 +534,40 @@ struct ProviderLimiterRetryAfterSimulationTests {
         let served = after.reduce(0) { $0 + arrivals[$1, default: 0] - refusals[$1, default: 0] }
         #expect(Double(served) >= 0.9 * Double(quota * after.count), "served \(served) of \(quota * after.count)")
         #expect(lateInHold == 0, "\(lateInHold) reached the provider 100 ms or more into a hold")
+    }
+}
+
+/// A provider that sends only `Retry-After`, over two minutes: every probe past its real budget
+/// costs a refusal (and the hold it starts), so a guess that probes have confirmed is probed ever
+/// less often, while a budget the provider raises is still found.
+@Suite("Provider limits: probing a silent provider's budget backs off")
+struct ProviderLimiterProbeBackoffTests {
+    @Test("probes refused at a steady budget come ever more rarely (4, 8, 16, then every 32 full windows), and a budget raised midway is found and used")
+    func probesBackOff() async throws {
+        let simulation = ProviderSimulation()
+        var arrivals: [Int: Int] = [:], refusals: [Int: Int] = [:]
+        let raisedAt = 60
+        _ = await simulation.run(seconds: 120) {
+            let now = simulation.seconds
+            let window = Int(now.rounded(.down))
+            let quota = window < raisedAt ? 20 : 25
+            arrivals[window, default: 0] += 1
+            guard arrivals[window, default: 0] > quota else { return (3, 200, HTTPFields()) }
+            refusals[window, default: 0] += 1
+            var fields = HTTPFields()
+            fields.append(HTTPField(name: .retryAfter, value: String(max(1, Int((Double(window + 1) - now).rounded(.up))))))
+            return (2, 429, fields)
+        }
+        let refused = refusals.keys.sorted()
+        print("probe backoff: refused in windows \(refused.map { "\($0):\(refusals[$0]!)" })")
+        try #require(refused.count >= 2, "the learning was not exercised")
+        // Learned by the second refused window; before the raise, probes at most every 4, 8, 16 windows
+        // after it: 3 or 4 more refused windows, where probing every fifth window refused 11.
+        let steady = refused.filter { $0 > refused[1] && $0 < raisedAt }
+        #expect(steady.count <= 5, "refused in \(steady) before the raise")
+        // The raised budget is found: the last windows each send close to 25.
+        for window in 100..<119 {
+            #expect(arrivals[window, default: 0] >= 24, "window \(window) sent \(arrivals[window, default: 0]) of 25")
+        }
     }
 }
