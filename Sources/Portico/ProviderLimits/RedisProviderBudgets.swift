@@ -239,7 +239,7 @@ final class RedisProviderBudgets: Sendable {
     /// The version of the hash's fields, in its key. A script whose fields change meaning bumps
     /// it, so during a rolling upgrade the old and the new replicas keep budgets apart (each still
     /// learning from the provider's answers) instead of reading each other's fields wrongly.
-    /// `FleetScriptLayoutTests` pins the script to this version.
+    /// `ProviderBudgetLayoutTests` pins the script to this version.
     static let layout = 2
 
     private func key(_ scope: String) -> [UInt8] {
