@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -27,31 +28,63 @@ public enum RequestFlood {
     }
 
     /// Floods every port in `ports` at once (each with `connections`), returning one outcome per port.
+    ///
+    /// The `duration` starts when the first connection's thread runs, not when this is called: on
+    /// a loaded machine a thread may start late, and a window that had already passed would send
+    /// nothing. `elapsed` is from that start to the last thread's end.
     public static func run(ports: [Int], path: String, connections: Int, duration: Duration) async -> [Outcome] {
-        let start = ContinuousClock.now
-        let deadline = start.advanced(by: duration)
-        var outcomes = await withTaskGroup(of: (Int, Outcome).self) { group in
-            for (index, port) in ports.enumerated() {
-                for _ in 0..<connections {
-                    group.addTask { (index, await flood(port: port, path: path, until: deadline)) }
+        let jobs = ports.indices.flatMap { Array(repeating: $0, count: connections) }
+        guard !jobs.isEmpty else { return ports.map { _ in Outcome() } }
+        let gate = Gate(duration: duration, threads: jobs.count, ports: ports.count)
+        return await withCheckedContinuation { continuation in
+            for index in jobs {
+                let thread = Thread {
+                    let outcome = floodOnThisThread(port: ports[index], path: path, until: gate.deadline())
+                    if let merged = gate.finish(index, outcome) { continuation.resume(returning: merged) }
                 }
+                thread.stackSize = 512 * 1024
+                thread.start()
             }
-            var merged = Array(repeating: Outcome(), count: ports.count)
-            for await (index, outcome) in group { merged[index].merge(outcome) }
-            return merged
         }
-        let elapsed = start.duration(to: .now)
-        for index in outcomes.indices { outcomes[index].elapsed = elapsed }
-        return outcomes
     }
 
-    private static func flood(port: Int, path: String, until deadline: ContinuousClock.Instant) async -> Outcome {
-        await withCheckedContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(returning: floodOnThisThread(port: port, path: path, until: deadline))
+    /// The window all of one run's threads share, set by the first to start, and their outcomes.
+    private final class Gate: Sendable {
+        private struct State {
+            var started: ContinuousClock.Instant?
+            var merged: [Outcome]
+            var running: Int
+        }
+
+        private let duration: Duration
+        private let state: Mutex<State>
+
+        init(duration: Duration, threads: Int, ports: Int) {
+            self.duration = duration
+            state = Mutex(State(started: nil, merged: Array(repeating: Outcome(), count: ports), running: threads))
+        }
+
+        func deadline() -> ContinuousClock.Instant {
+            state.withLock { state in
+                let started = state.started ?? .now
+                state.started = started
+                return started.advanced(by: duration)
             }
-            thread.stackSize = 512 * 1024
-            thread.start()
+        }
+
+        /// The outcomes, with `elapsed`, once the last thread has finished; `nil` before.
+        func finish(_ index: Int, _ outcome: Outcome) -> [Outcome]? {
+            state.withLock { state in
+                state.merged[index].merge(outcome)
+                state.running -= 1
+                guard state.running == 0 else { return nil }
+                let elapsed = (state.started ?? .now).duration(to: .now)
+                return state.merged.map { merged in
+                    var merged = merged
+                    merged.elapsed = elapsed
+                    return merged
+                }
+            }
         }
     }
 

@@ -166,7 +166,7 @@ struct SharedRateLimitTests {
         let localSeconds = Double(local.elapsed.components.seconds) + Double(local.elapsed.components.attoseconds) / 1e18
         // local: this process's own bucket at the same rate — neither open nor shut.
         #expect(local.count(200) >= 1 && Double(local.count(200)) <= localSeconds / 60 + Double(burst) + 1,
-                "local: \(local.statuses) in \(localSeconds) s")
+                "local: \(local.statuses) in \(localSeconds) s, \(local.failures) connections failed")
         #expect(local.count(429) > 0)
         for outcome in [modes, denied, local] {
             #expect(outcome.slowest < .milliseconds(100) + Self.slack, "slowest \(outcome.slowest)")
