@@ -23,17 +23,73 @@ struct RedisRequest: Sendable {
     var promise: EventLoopPromise<RESPValue>
 }
 
+/// A reply awaited by a task on the connection's own event loop: resumed straight from the
+/// handler that parsed it, or by its deadline, whichever comes first — no promise, future or
+/// scheduled task between (a request's command on the shared Redis paid three of each).
+/// Confined to that loop: made, armed, completed and timed out there.
+final class RedisReplyWaiter: NIOScheduledCallbackHandler {
+    private var continuation: UnsafeContinuation<RESPValue, any Error>?
+    private var timer: NIOScheduledCallback?
+    private let timeoutMessage: String
+
+    init(_ continuation: UnsafeContinuation<RESPValue, any Error>, timeoutMessage: String) {
+        self.continuation = continuation
+        self.timeoutMessage = timeoutMessage
+    }
+
+    /// Fails the wait at `deadline` unless the reply came first.
+    func arm(_ deadline: NIODeadline, on eventLoop: any EventLoop) {
+        do {
+            timer = try eventLoop.assumeIsolated().scheduleCallback(at: deadline, handler: self)
+        } catch {
+            complete(.failure(RedisError(.shutdown, "the event loop is shutting down")))
+        }
+    }
+
+    /// Resumes the task once; later calls (a reply after the deadline) are dropped. The
+    /// continuation is taken out before it is resumed, so it is resumed exactly once.
+    func complete(_ result: Result<RESPValue, RedisError>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        timer?.cancel()
+        timer = nil
+        continuation.resume(with: result.mapError { $0 })
+    }
+
+    func handleScheduledCallback(eventLoop: some EventLoop) {
+        timer = nil
+        complete(.failure(RedisError(.timeout, timeoutMessage)))
+    }
+}
+
 /// Matches replies to commands on one connection. Commands are pipelined: each write appends
-/// its promise, each parsed reply completes the oldest. Runs on the channel's event loop only.
+/// who waits for its reply, each parsed reply completes the oldest. Runs on the channel's event
+/// loop only.
 final class RedisChannelHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = RedisRequest
     typealias OutboundOut = ByteBuffer
 
+    /// Who waits for a reply: a promise (commands sent from any thread through the channel), or
+    /// a task on this loop (`send(_:to:)`).
+    private enum Waiting {
+        case promise(EventLoopPromise<RESPValue>)
+        case waiter(RedisReplyWaiter)
+
+        func complete(_ result: Result<RESPValue, RedisError>) {
+            switch self {
+            case .promise(let promise): promise.completeWith(result.mapError { $0 })
+            case .waiter(let waiter): waiter.complete(result)
+            }
+        }
+    }
+
     private let parser: RESPParser
     private let maxPending: Int
     private var received: ByteBuffer?
-    private var pending = CircularBuffer<EventLoopPromise<RESPValue>>()
+    private var pending = CircularBuffer<Waiting>()
+    /// Set while the handler is in the pipeline, for `send(_:to:)`.
+    private var context: ChannelHandlerContext?
     private var failure: RedisError? {
         didSet { if let failure { record?.record(failure) } }
     }
@@ -45,21 +101,48 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         self.record = record
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        failAll(failure ?? RedisError(.connection, "the connection was closed"))
+    }
+
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let request = unwrapOutboundIn(data)
-        if let failure {
-            request.promise.fail(failure)
-            promise?.fail(failure)
+        if let refusal = refusal() {
+            request.promise.fail(refusal)
+            promise?.fail(refusal)
             return
         }
-        guard pending.count < maxPending else {
-            let error = RedisError(.unavailable, "too many commands waiting for a reply on one connection")
-            request.promise.fail(error)
-            promise?.fail(error)
-            return
-        }
-        pending.append(request.promise)
+        pending.append(.promise(request.promise))
         context.write(wrapOutboundOut(request.bytes), promise: promise)
+    }
+
+    /// Sends one encoded command whose reply completes `waiter`. On the channel's event loop. A
+    /// write that fails closes the channel, which fails every command waiting on it.
+    func send(_ bytes: ByteBuffer, to waiter: RedisReplyWaiter) {
+        guard let context else {
+            waiter.complete(.failure(failure ?? RedisError(.connection, "the connection was closed")))
+            return
+        }
+        if let refusal = refusal() {
+            waiter.complete(.failure(refusal))
+            return
+        }
+        pending.append(.waiter(waiter))
+        context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+    }
+
+    /// Why a new command cannot be sent on this connection, if it cannot.
+    private func refusal() -> RedisError? {
+        if let failure { return failure }
+        guard pending.count < maxPending else {
+            return RedisError(.unavailable, "too many commands waiting for a reply on one connection")
+        }
+        return nil
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -71,13 +154,13 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         }
         do {
             while received!.readableBytes > 0, let value = try parser.parse(&received!) {
-                guard let promise = pending.popFirst() else {
+                guard let waiting = pending.popFirst() else {
                     // RESP3 pushes (`>`) are only sent to clients that subscribe or track keys,
                     // which this client never asks for: anything unsolicited is a broken stream.
                     fail(context: context, RedisError(.protocolViolation, "the server sent a reply no command asked for"))
                     return
                 }
-                promise.succeed(value)
+                waiting.complete(.success(value))
             }
             if received!.readableBytes == 0 {
                 received!.clear()
@@ -112,7 +195,7 @@ final class RedisChannelHandler: ChannelDuplexHandler {
 
     private func failAll(_ error: RedisError) {
         if failure == nil { failure = error }
-        while let promise = pending.popFirst() { promise.fail(error) }
+        while let waiting = pending.popFirst() { waiting.complete(.failure(error)) }
     }
 }
 
@@ -122,10 +205,19 @@ final class RedisConnection: Sendable {
     let channel: any Channel
     /// 3 when the server took `HELLO 3`, 2 after the fallback.
     let protocolVersion: Int
+    /// For commands sent from the channel's own loop (`send(_:to:)`).
+    private let handler: NIOLoopBound<RedisChannelHandler>
 
-    private init(channel: any Channel, protocolVersion: Int) {
+    private init(channel: any Channel, protocolVersion: Int, handler: NIOLoopBound<RedisChannelHandler>) {
         self.channel = channel
         self.protocolVersion = protocolVersion
+        self.handler = handler
+    }
+
+    /// Sends one encoded command whose reply completes `waiter`, straight to the handler. On the
+    /// channel's event loop.
+    func send(_ bytes: ByteBuffer, to waiter: RedisReplyWaiter) {
+        handler.value.send(bytes, to: waiter)
     }
 
     /// Sends one encoded command; the future fails only for transport problems (a server error
@@ -207,7 +299,12 @@ final class RedisConnection: Sendable {
     /// does not know `HELLO` or protocol 3; then `SELECT`.
     private static func greet(channel: any Channel, _ configuration: RedisConfiguration) -> EventLoopFuture<RedisConnection> {
         let eventLoop = channel.eventLoop
-        let probe = RedisConnection(channel: channel, protocolVersion: 3)
+        // On the channel's loop (the connect future's callback), where the pipeline is readable.
+        guard let found = try? channel.pipeline.syncOperations.handler(type: RedisChannelHandler.self) else {
+            return eventLoop.makeFailedFuture(RedisError(.connection, "the connection to \(configuration) closed before its greeting"))
+        }
+        let handler = NIOLoopBound(found, eventLoop: eventLoop)
+        let probe = RedisConnection(channel: channel, protocolVersion: 3, handler: handler)
         var hello: [RedisArgument] = ["HELLO", "3"]
         if let password = configuration.password {
             hello += ["AUTH", .string(configuration.username ?? "default"), .string(password)]
@@ -228,7 +325,7 @@ final class RedisConnection: Sendable {
             }
         }
         return greeted.flatMap { version in
-            let connection = RedisConnection(channel: channel, protocolVersion: version)
+            let connection = RedisConnection(channel: channel, protocolVersion: version, handler: handler)
             guard configuration.database != 0 else { return eventLoop.makeSucceededFuture(connection) }
             return connection.send(encode(["SELECT", .string(String(configuration.database))])).flatMapThrowing { reply in
                 if case .error(let message) = reply {

@@ -49,6 +49,20 @@ final class RedisConnectionLane: Sendable {
         self.state = Mutex(State(slots: Array(repeating: .idle, count: count), failures: Array(repeating: 0, count: count)))
     }
 
+    /// An open connection (round robin), when there is one: the common case, without a future.
+    func openConnection() -> RedisConnection? {
+        state.withLock { state -> RedisConnection? in
+            guard !state.shutDown else { return nil }
+            let count = state.slots.count
+            let start = state.next
+            state.next = (state.next + 1) % count
+            for offset in 0..<count {
+                if case .connected(let connection) = state.slots[(start + offset) % count] { return connection }
+            }
+            return nil
+        }
+    }
+
     /// A connection for a command: an open one (round robin), one being opened, or a new one.
     func connection() -> EventLoopFuture<RedisConnection> {
         let now = NIODeadline.now()

@@ -20,8 +20,8 @@ import Synchronization
 /// caller gets `.timeout` (a late reply is then read and dropped, the connection kept).
 public final class RedisConnectionPool: Sendable {
     public let configuration: RedisConfiguration
-    /// `configuration.description`, for the timeout's message: made once, not per command.
-    private let shown: String
+    /// A command's timeout message: made once, not per command.
+    private let timeoutMessage: String
     private let sslContext: NIOSSLContext?
     private let logger: Logger
     private let lanes: [RedisConnectionLane]
@@ -40,7 +40,7 @@ public final class RedisConnectionPool: Sendable {
 
     private init(configuration: RedisConfiguration, sslContext: NIOSSLContext?, eventLoopGroup: any EventLoopGroup, logger: Logger) {
         self.configuration = configuration
-        shown = configuration.description
+        timeoutMessage = "no reply from \(configuration) in time"
         self.sslContext = sslContext
         self.logger = logger
         let loops = Array(eventLoopGroup.makeIterator())
@@ -85,7 +85,7 @@ public final class RedisConnectionPool: Sendable {
 
     /// Sends one command and returns its reply; a server error reply throws `.server`.
     public func send(_ arguments: [RedisArgument], timeout: TimeAmount? = nil) async throws(RedisError) -> RESPValue {
-        let reply = try await result(of: sendFuture(RedisConnection.encode(arguments), deadline: deadline(timeout)))
+        let reply = try await exchange(RedisConnection.encode(arguments), deadline: deadline(timeout))
         if case .error(let message) = reply {
             throw RedisError(.server, message)
         }
@@ -115,10 +115,10 @@ public final class RedisConnectionPool: Sendable {
                          timeout: TimeAmount? = nil) async throws(RedisError) -> RESPValue {
         let deadline = deadline(timeout)
         let tail: [RedisArgument] = [.string(String(keys.count))] + keys + arguments
-        let reply = try await result(of: sendFuture(RedisConnection.encode(["EVALSHA", .string(script.sha1)] + tail), deadline: deadline))
+        let reply = try await exchange(RedisConnection.encode(["EVALSHA", .string(script.sha1)] + tail), deadline: deadline)
         switch reply {
         case .error(let message) where message.hasPrefix("NOSCRIPT"):
-            let loaded = try await result(of: sendFuture(RedisConnection.encode(["EVAL", .string(script.source)] + tail), deadline: deadline))
+            let loaded = try await exchange(RedisConnection.encode(["EVAL", .string(script.source)] + tail), deadline: deadline)
             if case .error(let message) = loaded { throw RedisError(.server, message) }
             return loaded
         case .error(let message):
@@ -157,22 +157,53 @@ public final class RedisConnectionPool: Sendable {
         }
     }
 
-    private func sendFuture(_ bytes: ByteBuffer, deadline: NIODeadline) -> EventLoopFuture<RESPValue> {
+    /// Sends one encoded command on the caller's lane and waits for its reply until `deadline`.
+    /// A caller on the lane's loop (a request's task) hands the command to an open connection's
+    /// handler there, and the reply resumes it from there.
+    private func exchange(_ bytes: ByteBuffer, deadline: NIODeadline) async throws(RedisError) -> RESPValue {
         let lane = lane
-        // On the lane's own event loop: no hop between loops per command.
-        let eventLoop = lane.eventLoop
-        let promise = eventLoop.makePromise(of: RESPValue.self)
-        let timer = scheduleTimeout(promise, deadline: deadline, on: eventLoop)
-        lane.connection().flatMap { $0.send(bytes) }.cascade(to: promise)
-        promise.futureResult.whenComplete { _ in timer.cancel() }
-        return promise.futureResult
+        let timeoutMessage = timeoutMessage
+        do {
+            return try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<RESPValue, any Error>) in
+                if lane.eventLoop.inEventLoop {
+                    Self.start(bytes, on: lane, deadline: deadline, timeoutMessage: timeoutMessage, continuation)
+                } else {
+                    lane.eventLoop.execute { Self.start(bytes, on: lane, deadline: deadline, timeoutMessage: timeoutMessage, continuation) }
+                }
+            }
+        } catch let error as RedisError {
+            throw error
+        } catch {
+            throw RedisError(.connection, "\(error)")
+        }
+    }
+
+    /// `exchange` on the lane's loop: the command goes to an open connection at once, or once
+    /// one is open (connecting, or backing off: then it fails at once). The waiter's deadline
+    /// covers both.
+    private static func start(_ bytes: ByteBuffer, on lane: RedisConnectionLane, deadline: NIODeadline, timeoutMessage: String,
+                              _ continuation: UnsafeContinuation<RESPValue, any Error>) {
+        let waiter = RedisReplyWaiter(continuation, timeoutMessage: timeoutMessage)
+        waiter.arm(deadline, on: lane.eventLoop)
+        if let connection = lane.openConnection() {
+            connection.send(bytes, to: waiter)
+            return
+        }
+        let bound = NIOLoopBound(waiter, eventLoop: lane.eventLoop)
+        lane.connection().whenComplete { result in
+            // The lane's futures complete on its loop.
+            switch result {
+            case .success(let connection): connection.send(bytes, to: bound.value)
+            case .failure(let error): bound.value.complete(.failure(error as? RedisError ?? RedisError(.connection, "\(error)")))
+            }
+        }
     }
 
     private func scheduleTimeout<Value>(_ promise: EventLoopPromise<Value>, deadline: NIODeadline,
                                         on eventLoop: any EventLoop) -> Scheduled<Void> {
-        let shown = shown
+        let timeoutMessage = timeoutMessage
         return eventLoop.scheduleTask(deadline: deadline) {
-            promise.fail(RedisError(.timeout, "no reply from \(shown) in time"))
+            promise.fail(RedisError(.timeout, timeoutMessage))
         }
     }
 

@@ -59,6 +59,47 @@ struct RedisConnectionPoolTests {
 
     static let oneLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
+    /// The commands waiting on a connection that closes learn it from the close, not from their
+    /// deadline: a caller on the connection's loop (a request's task) and one off it alike.
+    @Test("a connection closed under a waiting command fails it with a connection error, not a timeout; the next command reconnects")
+    func closedUnderWaiter() async throws {
+        let server = try await RedisServer.start()
+        defer { server.stop() }
+        // One lane on one of the test servers' loops, so a task can run on it.
+        let loop = TestExecutors.group.next()
+        let pool = try RedisConnectionPool(configuration: try server.configuration(), eventLoopGroup: loop)
+        let other = try RedisConnectionPool(configuration: try server.configuration())
+        for onLoop in [true, false] {
+            guard case .integer(let id) = try await pool.send(["CLIENT", "ID"]) else {
+                Issue.record("CLIENT ID is not an integer")
+                return
+            }
+            // Blocks its connection until the connection closes. Were the close not to reach it,
+            // its deadline would end it, as `.timeout`: two minutes, which no loaded run needs.
+            let block = { () async -> Result<RESPValue, RedisError> in
+                await Result { () async throws(RedisError) in try await pool.send(["BLPOP", "never", "0"], timeout: .seconds(120)) }
+            }
+            let waiting = onLoop ? Task(executorPreference: TestExecutors.executor(for: loop), operation: block) : Task(operation: block)
+            // Killed once the server holds it (CLIENT LIST names the last command a client ran).
+            var blocked = false
+            for _ in 0..<3000 where !blocked {
+                // A verbatim string over RESP3.
+                if try await other.send(["CLIENT", "LIST", "ID", .string(String(id))]).string?.contains("cmd=blpop") == true {
+                    blocked = true
+                } else {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            try #require(blocked, "the BLPOP never reached the server")
+            #expect(try await other.send(["CLIENT", "KILL", "ID", .string(String(id))]) == .integer(1))
+            let result = await waiting.value
+            #expect(result.failure?.code == .connection, "on the loop: \(onLoop): \(result)")
+            #expect(try await pool.send(["ECHO", "again"]) == .bulkString(Array("again".utf8)))
+        }
+        await other.shutdown()
+        await pool.shutdown()
+    }
+
     /// What keeps a request's Redis command on its own core: sent from a task on one of the
     /// pool's loops, it goes out on that loop's connection (the server names the connection:
     /// `CLIENT ID`), and other loops' commands on theirs.

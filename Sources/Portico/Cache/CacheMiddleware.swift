@@ -107,7 +107,7 @@ public struct CacheMiddleware: ImmediateMiddleware {
             // Not in this replica's memory: another replica may have stored it. Read even for a
             // request's `no-cache`: what the fleet holds gives the validators its fetch sends.
             if await consultFleet(tiers, key: found.key, context: context) {
-                found = lookup(request, at: now)
+                found = lookup(request, key: found.key, directives: found.directives, at: now)
                 if let response = answerFromStore(found, to: request, context: context, at: now) {
                     tiers.fleet.count(.hit)
                     return response
@@ -167,8 +167,12 @@ public struct CacheMiddleware: ImmediateMiddleware {
     }
 
     private func lookup(_ request: GatewayRequest, at now: ContinuousClock.Instant) -> Lookup {
-        let directives = RequestDirectives(request.headerFields)
-        let key = Self.key(for: request)
+        lookup(request, key: Self.key(for: request), directives: RequestDirectives(request.headerFields), at: now)
+    }
+
+    /// Again, with what the first lookup worked out (after the fleet tier filled memory).
+    private func lookup(_ request: GatewayRequest, key: String, directives: RequestDirectives,
+                        at now: ContinuousClock.Instant) -> Lookup {
         let variants = store.variants(for: key)
         let selected = variants.first { $0.mayAnswer(request, directives) }
         return Lookup(key: key, directives: directives, variantCount: variants.count, selected: selected,
