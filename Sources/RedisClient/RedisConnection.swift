@@ -37,12 +37,15 @@ final class RedisReplyWaiter: NIOScheduledCallbackHandler {
         self.timeoutMessage = timeoutMessage
     }
 
-    /// Fails the wait at `deadline` unless the reply came first.
-    func arm(_ deadline: NIODeadline, on eventLoop: any EventLoop) {
+    /// Fails the wait at `deadline` unless the reply came first. `false`: the loop is shutting
+    /// down, and the wait has failed already (the command is not to be sent).
+    func arm(_ deadline: NIODeadline, on eventLoop: any EventLoop) -> Bool {
         do {
             timer = try eventLoop.assumeIsolated().scheduleCallback(at: deadline, handler: self)
+            return true
         } catch {
             complete(.failure(RedisError(.shutdown, "the event loop is shutting down")))
+            return false
         }
     }
 

@@ -53,14 +53,19 @@ final class RedisConnectionLane: Sendable {
     func openConnection() -> RedisConnection? {
         state.withLock { state -> RedisConnection? in
             guard !state.shutDown else { return nil }
-            let count = state.slots.count
-            let start = state.next
-            state.next = (state.next + 1) % count
-            for offset in 0..<count {
-                if case .connected(let connection) = state.slots[(start + offset) % count] { return connection }
-            }
-            return nil
+            return Self.nextOpen(&state).connection
         }
+    }
+
+    /// The next open connection in turn, if any, and the slot the turn began at; moves the turn on.
+    private static func nextOpen(_ state: inout State) -> (connection: RedisConnection?, start: Int) {
+        let count = state.slots.count
+        let start = state.next
+        state.next = (state.next + 1) % count
+        for offset in 0..<count {
+            if case .connected(let connection) = state.slots[(start + offset) % count] { return (connection, start) }
+        }
+        return (nil, start)
     }
 
     /// A connection for a command: an open one (round robin), one being opened, or a new one.
@@ -68,14 +73,9 @@ final class RedisConnectionLane: Sendable {
         let now = NIODeadline.now()
         let step = state.withLock { state -> Step in
             guard !state.shutDown else { return .fail(RedisError(.shutdown, "the Redis pool was shut down")) }
+            let (open, start) = Self.nextOpen(&state)
+            if let open { return .use(eventLoop.makeSucceededFuture(open)) }
             let count = state.slots.count
-            let start = state.next
-            state.next = (state.next + 1) % count
-            for offset in 0..<count {
-                if case .connected(let connection) = state.slots[(start + offset) % count] {
-                    return .use(eventLoop.makeSucceededFuture(connection))
-                }
-            }
             for offset in 0..<count {
                 let index = (start + offset) % count
                 switch state.slots[index] {

@@ -184,7 +184,7 @@ public final class RedisConnectionPool: Sendable {
     private static func start(_ bytes: ByteBuffer, on lane: RedisConnectionLane, deadline: NIODeadline, timeoutMessage: String,
                               _ continuation: UnsafeContinuation<RESPValue, any Error>) {
         let waiter = RedisReplyWaiter(continuation, timeoutMessage: timeoutMessage)
-        waiter.arm(deadline, on: lane.eventLoop)
+        guard waiter.arm(deadline, on: lane.eventLoop) else { return }
         if let connection = lane.openConnection() {
             connection.send(bytes, to: waiter)
             return
