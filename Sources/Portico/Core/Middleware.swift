@@ -48,6 +48,25 @@ public protocol ImmediateMiddleware: Middleware {
                            next: ImmediateNextHandler) throws -> GatewayResponse?
 }
 
+/// Set by an `ImmediateMiddleware` that lets its request go only later (a rate limiter whose
+/// token is due in a while, `on_limit: wait`): the gateway then starts the request's task at
+/// `at`, on a timer of the request's event loop, so a waiting request holds no frames of its
+/// chain, only its connection and this. `began` runs once, first thing in the task: `cancelled`
+/// when the wait ended early (the client left, the deadline passed, the server stopped). The
+/// chain then runs from the start as for any request; the middleware that set this must refuse
+/// in `handle` when the task is cancelled, having given back what it held in `began`.
+public enum DeferredStart: RequestStatsKey {
+    public struct Value: Sendable {
+        public let at: ContinuousClock.Instant
+        public let began: @Sendable (_ cancelled: Bool) -> Void
+
+        public init(at: ContinuousClock.Instant, began: @escaping @Sendable (_ cancelled: Bool) -> Void) {
+            self.at = at
+            self.began = began
+        }
+    }
+}
+
 /// The endpoint a chain ends in: an upstream, or a direct response.
 public protocol Responder: Sendable {
     nonisolated(nonsending) func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse

@@ -93,7 +93,7 @@ public final class Gateway: Sendable {
             return .now(finished(finish(immediate, requestID: exchange.context.requestID, isHead: exchange.isHead),
                                  route: exchange.route.name, method: serverRequest.method, since: start))
         }
-        return .later({ [self] in
+        let work: HTTPServer.Work = { [self] in
             var answer: GatewayResponse
             do {
                 answer = try await exchange.route.responder.respond(to: exchange.request, context: exchange.context)
@@ -124,7 +124,29 @@ public final class Gateway: Sendable {
             defer { exchange.leave() }
             return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
                             route: exchange.route.name, method: serverRequest.method, since: start)
-        }, requestID: exchange.context.requestID, upload: exchange.upload)
+        }
+        // A step let the request go only later (a rate limiter's token): its task waits first, on
+        // its loop's timer, and the chain's frames exist only once it goes.
+        if let deferred = exchange.context.stats.update({ $0[DeferredStart.self] }) {
+            let clock = exchange.context.clock
+            return .later({
+                await Self.wait(for: deferred, clock: clock)
+                return await work()
+            }, requestID: exchange.context.requestID, upload: exchange.upload)
+        }
+        return .later(work, requestID: exchange.context.requestID, upload: exchange.upload)
+    }
+
+    /// The wait a `DeferredStart` asked for; cut short when the task is cancelled (the client
+    /// left, the deadline passed, the server stopped), which `began` is told.
+    private static func wait(for deferred: DeferredStart.Value, clock: any GatewayClock) async {
+        var cancelled = false
+        do {
+            try await LoopTimer.sleep(until: deferred.at, clock: clock)
+        } catch {
+            cancelled = true
+        }
+        deferred.began(cancelled)
     }
 
     /// A 101, or an answer with a tunnel: a 101 with its tunnel to an upgrade request becomes the

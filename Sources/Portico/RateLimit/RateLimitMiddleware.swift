@@ -53,6 +53,9 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         let taken = context.stats.update { $0[TakenDecisions.self]?.removeValue(forKey: name) }
         let decision: RateLimitDecision
         if let taken {
+            // A token that was still due (`wait` above zero) was waited for before the task began
+            // (`deferStart`); a wait cut short gave it back there, and the request goes no further.
+            if taken.wait > .zero, Task.isCancelled { throw CancellationError() }
             decision = taken
         } else {
             let key = try bucketKey(for: request, context: context)
@@ -82,8 +85,9 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
 
     /// Charges the request on the server's thread when the store can decide at once. When the
     /// inner chain then needs a task, the decision travels with the request to `handle`. A
-    /// request that would have to wait gives its reservation back and goes to `handle`, which
-    /// waits in a task (the server's thread never does).
+    /// request whose token is due later keeps its reservation and its task starts then
+    /// (`deferStart`); with `priority:` it gives the reservation back and waits in the bucket's
+    /// line in `handle` instead. The server's thread never waits.
     public func handleImmediately(_ request: GatewayRequest, context: RequestContext,
                                   next: ImmediateNextHandler) throws -> GatewayResponse? {
         let key = try bucketKey(for: request, context: context)
@@ -93,7 +97,11 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         if !decision.allowed, priorityField != nil, patience > .zero { return nil }
         try check(decision, patience: patience, context: context)
         if decision.wait > .zero {
-            store.cancelImmediately(key, reservation: decision, at: context.clock.now)
+            if priorityField != nil {
+                store.cancelImmediately(key, reservation: decision, at: context.clock.now)
+            } else {
+                try deferStart(decision, key: key, context: context)
+            }
             return nil
         }
         do {
@@ -132,6 +140,30 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
             throw error
         }
         recordWait(since: start, context: context)
+    }
+
+    /// Lets a request whose token is due later start its task then (`DeferredStart`): while it
+    /// waits it holds its reservation and its place in the queue, not a task with the chain's
+    /// frames (nginx's `limit_req` delays a request the same way, as a timer on its connection).
+    /// A wait cut short gives both back; a full queue refuses at once.
+    private func deferStart(_ reservation: RateLimitDecision, key: String, context: RequestContext) throws {
+        guard queue.enter(limit: config.maxWaiting) else {
+            store.cancelImmediately(key, reservation: reservation, at: context.clock.now)
+            throw refusal(.queueFull, retryAfter: reservation.wait, decision: reservation, context: context)
+        }
+        let start = context.clock.now
+        let began: @Sendable (Bool) -> Void = { [self] cancelled in
+            queue.leave()
+            if cancelled {
+                store.cancelImmediately(key, reservation: reservation, at: context.clock.now)
+            } else {
+                recordWait(since: start, context: context)
+            }
+        }
+        context.stats.update {
+            $0[TakenDecisions.self, default: [:]][name] = reservation
+            $0[DeferredStart.self] = DeferredStart.Value(at: start.advanced(by: reservation.wait), began: began)
+        }
     }
 
     /// A wait that ended in going: the histogram and the access log's `ratelimit_wait`.

@@ -5,7 +5,10 @@ import Synchronization
 /// how many there are, bounded by `max_waiting`, and how long they waited. Only waiting
 /// requests touch it (one atomic add on entering and one on leaving); a request that goes at
 /// once never does. The waiting itself is a timer on the request's own event loop
-/// (`LoopTimer`): no thread and no polling, so memory per waiting request is its suspended task.
+/// (`LoopTimer`): no thread and no polling. A request the store decided on the server's thread
+/// waits before its task runs any of its chain (`DeferredStart`), so what it holds is its
+/// connection, its request and a small task; with `priority:` or a shared store it waits
+/// inside the chain.
 public final class RateLimitQueue: Sendable {
     public let middleware: String
     private let waiting = Atomic<Int>(0)

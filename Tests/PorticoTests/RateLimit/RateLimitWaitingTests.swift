@@ -155,6 +155,72 @@ struct RateLimitWaitingTests {
         #expect(upstream.count == 2)
     }
 
+    /// An endpoint calling a test's `next`: a chain's upstream.
+    struct Endpoint: Responder {
+        let next: NextHandler
+        func respond(to request: GatewayRequest, context: RequestContext) async throws -> GatewayResponse {
+            try await next(request, context)
+        }
+    }
+
+    @Test("decided on the server's thread, a request whose token is due later keeps it and its place, and its task is to start then; a wait cut short gives both back")
+    func deferredStart() async throws {
+        let limiter = middleware(maxWaiting: 2), upstream = Upstream()
+        let chain = MiddlewareChain([limiter], endpoint: Endpoint(next: upstream.next))
+        func attempt() throws -> (RequestContext, DeferredStart.Value?) {
+            let context = RetryFixture.context(clock: clock)
+            #expect(try chain.respondImmediately(to: RetryFixture.request(), context: context) == nil, "an upstream needs a task")
+            return (context, context.stats.update { $0[DeferredStart.self] })
+        }
+        let (first, none) = try attempt()
+        #expect(none == nil, "the burst's token goes at once")
+        #expect(try await chain.respond(to: RetryFixture.request(), context: first).status == .ok)
+
+        let (second, secondStart) = try attempt()
+        let (third, thirdStart) = try attempt()
+        #expect(secondStart?.at == clock.now.advanced(by: .milliseconds(500)))
+        #expect(thirdStart?.at == clock.now.advanced(by: .seconds(1)), "each keeps the token it reserved: first come, first served")
+        #expect(limiter.queue.count == 2)
+        let error = #expect(throws: GatewayError.self, "max_waiting: 2 are waiting") { _ = try attempt() }
+        #expect(error?.code == "rate_limited")
+        #expect(clock.sleepsStarted == 0, "nothing sleeps on the server's thread")
+
+        clock.advance(by: .milliseconds(500))
+        secondStart?.began(false)
+        #expect(limiter.queue.count == 1)
+        let served = try await chain.respond(to: RetryFixture.request(), context: second)
+        #expect(served.status == .ok && upstream.count == 2)
+        #expect(second.stats.update { $0.extra.contains { $0.0 == "ratelimit_wait" } }, "the wait is in the access log")
+
+        // The third's client leaves: the task starts cancelled, gives the token back, goes no further.
+        thirdStart?.began(true)
+        #expect(limiter.queue.count == 0)
+        let leaving = Task { try await chain.respond(to: RetryFixture.request(), context: third) }
+        leaving.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await leaving.value }
+        #expect(upstream.count == 2, "a request whose wait was cut short never reaches the upstream")
+        let (_, fourthStart) = try attempt()
+        #expect(fourthStart?.at == clock.now.advanced(by: .milliseconds(500)), "the slot the third gave back")
+    }
+
+    @Test("with priority: a request decided on the server's thread still waits in the bucket's line, in its task")
+    func priorityWaitsInTheTask() async throws {
+        let limiter = middleware { $0.priorityHeader = "X-Priority" }, upstream = Upstream()
+        let chain = MiddlewareChain([limiter], endpoint: Endpoint(next: upstream.next))
+        let first = RetryFixture.context(clock: clock)
+        #expect(try chain.respondImmediately(to: RetryFixture.request(), context: first) == nil)
+        _ = try await chain.respond(to: RetryFixture.request(), context: first)
+        let second = RetryFixture.context(clock: clock)
+        #expect(try chain.respondImmediately(to: RetryFixture.request(), context: second) == nil)
+        #expect(second.stats.update { $0[DeferredStart.self] } == nil)
+        #expect(limiter.queue.count == 0, "no place taken: the line decides in the task")
+        async let waited = chain.respond(to: RetryFixture.request(), context: second)
+        await clock.waitForSleepers(1)
+        #expect(clock.nextDeadline == clock.now.advanced(by: .milliseconds(500)), "its token was given back and taken again")
+        clock.advance(by: .milliseconds(500))
+        #expect(try await waited.status == .ok)
+    }
+
     @Test("on_limit: reject (the default) still refuses at once")
     func rejectStillRefuses() async throws {
         let limiter = middleware { $0.onLimit = .reject }, upstream = Upstream()
