@@ -93,6 +93,8 @@ public final class Gateway: Sendable {
             return .now(finished(finish(immediate, requestID: exchange.context.requestID, isHead: exchange.isHead),
                                  route: exchange.route.name, method: serverRequest.method, since: start))
         }
+        // The work holds what it needs of the server's request (its method), not the whole of it.
+        let method = serverRequest.method
         let work: HTTPServer.Work = { [self] in
             var answer: GatewayResponse
             do {
@@ -102,7 +104,7 @@ public final class Gateway: Sendable {
             }
             let code = answer.status.code
             if answer.tunnel != nil || code == 101 {
-                return switched(answer, exchange: exchange, method: serverRequest.method, since: start)
+                return switched(answer, exchange: exchange, method: method, since: start)
             }
             // A handshake answered without switching (401, 403, 426…): no session; the answer
             // goes back as any other.
@@ -113,17 +115,17 @@ public final class Gateway: Sendable {
                     answer.discardBody()
                     defer { exchange.leave() }
                     return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
-                                    route: exchange.route.name, method: serverRequest.method, since: start)
+                                    route: exchange.route.name, method: method, since: start)
                 }
                 // In flight, and counted (time to first byte, duration), until the body ends, however it ends.
-                answer.body.append(metrics.streamObserver(route: exchange.route.name, method: serverRequest.method,
+                answer.body.append(metrics.streamObserver(route: exchange.route.name, method: method,
                                                           code: code, start: start, then: { exchange.leave() }),
                                    keepsLength: true)
                 return finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead)
             }
             defer { exchange.leave() }
             return finished(finish(answer, requestID: exchange.context.requestID, isHead: exchange.isHead),
-                            route: exchange.route.name, method: serverRequest.method, since: start)
+                            route: exchange.route.name, method: method, since: start)
         }
         // A step let the request go only later (a rate limiter's token): its task waits first, on
         // its loop's timer, and the chain's frames exist only once it goes.

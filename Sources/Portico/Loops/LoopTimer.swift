@@ -20,7 +20,7 @@ enum LoopTimer {
         }
         let waiter = Waiter()
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                 let scheduled = loop.scheduleTask(deadline: loopDeadline) { waiter.finish(nil) }
                 waiter.start(continuation, timer: scheduled)
                 interrupt?.onFire { waiter.finish(nil) }
@@ -31,11 +31,12 @@ enum LoopTimer {
     }
 
     /// The continuation and its timer; whichever of the timer and cancellation comes first
-    /// resumes it, once.
+    /// resumes it, once (the state's move to `.done` under the lock decides which; so an unsafe
+    /// continuation, which holds no heap canary of its own while a request waits).
     private final class Waiter: Sendable {
         private enum State {
             case idle
-            case waiting(CheckedContinuation<Void, any Error>, Scheduled<Void>)
+            case waiting(UnsafeContinuation<Void, any Error>, Scheduled<Void>)
             case cancelledEarly
             case firedEarly
             case done
@@ -43,7 +44,7 @@ enum LoopTimer {
 
         private let state = Mutex(State.idle)
 
-        func start(_ continuation: CheckedContinuation<Void, any Error>, timer: Scheduled<Void>) {
+        func start(_ continuation: UnsafeContinuation<Void, any Error>, timer: Scheduled<Void>) {
             let early: State? = state.withLock { state in
                 switch state {
                 case .idle:
@@ -68,7 +69,7 @@ enum LoopTimer {
         }
 
         func finish(_ error: (any Error)?) {
-            let taken: (CheckedContinuation<Void, any Error>, Scheduled<Void>)? = state.withLock { state in
+            let taken: (UnsafeContinuation<Void, any Error>, Scheduled<Void>)? = state.withLock { state in
                 switch state {
                 case .idle:
                     state = error == nil ? .firedEarly : .cancelledEarly

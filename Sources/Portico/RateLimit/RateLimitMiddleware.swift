@@ -139,7 +139,7 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
             await store.cancel(key, reservation: reservation, at: context.clock.now)
             throw error
         }
-        recordWait(since: start, context: context)
+        Self.recordWait(start.duration(to: context.clock.now), in: queue, stats: context.stats)
     }
 
     /// Lets a request whose token is due later start its task then (`DeferredStart`): while it
@@ -151,13 +151,14 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
             store.cancelImmediately(key, reservation: reservation, at: context.clock.now)
             throw refusal(.queueFull, retryAfter: reservation.wait, decision: reservation, context: context)
         }
-        let start = context.clock.now
-        let began: @Sendable (Bool) -> Void = { [self] cancelled in
+        let clock = context.clock, stats = context.stats, start = clock.now
+        // Holds only what the end of the wait needs (not the whole context), as long as it waits.
+        let began: @Sendable (Bool) -> Void = { [store, queue] cancelled in
             queue.leave()
             if cancelled {
-                store.cancelImmediately(key, reservation: reservation, at: context.clock.now)
+                store.cancelImmediately(key, reservation: reservation, at: clock.now)
             } else {
-                recordWait(since: start, context: context)
+                Self.recordWait(start.duration(to: clock.now), in: queue, stats: stats)
             }
         }
         context.stats.update {
@@ -167,10 +168,9 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
     }
 
     /// A wait that ended in going: the histogram and the access log's `ratelimit_wait`.
-    private func recordWait(since start: ContinuousClock.Instant, context: RequestContext) {
-        let waited = start.duration(to: context.clock.now)
+    private static func recordWait(_ waited: Duration, in queue: RateLimitQueue, stats: RequestStats) {
         queue.record(waited: waited)
-        context.stats.update { $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms")) }
+        stats.update { $0.extra.append(("ratelimit_wait", "\(Int64(GatewayMetrics.nanoseconds(waited) / 1_000_000))ms")) }
     }
 
     /// Waits for a turn in the bucket's priority line (`PriorityLine`): the store's reservation,
@@ -204,7 +204,7 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
                 throw error
             }
         }
-        recordWait(since: start, context: context)
+        Self.recordWait(start.duration(to: context.clock.now), in: queue, stats: context.stats)
         context.stats.update { $0.extra.append(("ratelimit_priority", priority.description)) }
         // A turn taken over leaves the bucket as empty as the refusal said.
         return RateLimitDecision(allowed: true, remaining: owned ? reserved.remaining : 0, resetAfter: reserved.resetAfter,
