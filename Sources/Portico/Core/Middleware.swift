@@ -46,6 +46,14 @@ public typealias ImmediateNextHandler = @Sendable (GatewayRequest, RequestContex
 public protocol ImmediateMiddleware: Middleware {
     func handleImmediately(_ request: GatewayRequest, context: RequestContext,
                            next: ImmediateNextHandler) throws -> GatewayResponse?
+    /// Whether `handleImmediately` may set a `DeferredStart`: only then does the gateway look
+    /// for one (reading the request's facts on the server's thread, which a request's task
+    /// otherwise has to itself).
+    var defersStart: Bool { get }
+}
+
+extension ImmediateMiddleware {
+    public var defersStart: Bool { false }
 }
 
 /// Set by an `ImmediateMiddleware` that lets its request go only later (a rate limiter whose
@@ -75,6 +83,8 @@ public protocol Responder: Sendable {
     func respondImmediately(to request: GatewayRequest, context: RequestContext) throws -> GatewayResponse?
     /// Whether `respondImmediately` can ever answer, so a chain need not ask when it cannot.
     var answersImmediately: Bool { get }
+    /// Whether `respondImmediately` may leave a `DeferredStart` for the gateway.
+    var defersStart: Bool { get }
 }
 
 extension Responder {
@@ -83,6 +93,7 @@ extension Responder {
     }
 
     public var answersImmediately: Bool { false }
+    public var defersStart: Bool { false }
 }
 
 /// A route's middleware wrapped around its endpoint, assembled once when configuration loads.
@@ -92,6 +103,8 @@ public struct MiddlewareChain: Responder {
     /// or when nothing in the chain could ever answer at once.
     private let immediateEntry: ImmediateNextHandler?
     public let middleware: [any Middleware]
+    /// A step reached on the way in at once may let its request go only later.
+    public let defersStart: Bool
 
     /// `middleware` is ordered outermost first.
     public init(_ middleware: [any Middleware], endpoint: any Responder) {
@@ -100,6 +113,7 @@ public struct MiddlewareChain: Responder {
             try await endpoint.respond(to: request, context: context)
         }
         var immediate: ImmediateNextHandler?
+        var defers = false
         if endpoint.answersImmediately {
             immediate = { request, context in try endpoint.respondImmediately(to: request, context: context) }
         }
@@ -115,12 +129,15 @@ public struct MiddlewareChain: Responder {
                 immediate = { request, context in
                     try step.handleImmediately(request, context: context, next: innerImmediate)
                 }
+                defers = defers || step.defersStart
             } else {
                 immediate = nil
+                defers = false
             }
         }
         entry = next
         immediateEntry = immediate
+        defersStart = defers
     }
 
     nonisolated(nonsending)

@@ -129,7 +129,7 @@ public final class Gateway: Sendable {
         }
         // A step let the request go only later (a rate limiter's token): its task waits first, on
         // its loop's timer, and the chain's frames exist only once it goes.
-        if let deferred = exchange.context.stats.update({ $0[DeferredStart.self] }) {
+        if exchange.route.responder.defersStart, let deferred = exchange.context.stats.update({ $0[DeferredStart.self] }) {
             let clock = exchange.context.clock
             return .later({
                 await Self.wait(for: deferred, clock: clock)

@@ -117,6 +117,9 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         }
     }
 
+    /// `deferStart`: a waiting limit without priorities whose store decides at once.
+    public var defersStart: Bool { config.onLimit == .wait && priorityField == nil && store.decidesImmediately }
+
     /// How long this request may wait for a token: `max_wait`, never past its own deadline;
     /// zero with `on_limit: reject`.
     private func patience(_ context: RequestContext) -> Duration {

@@ -71,6 +71,8 @@ public protocol RateLimitStore: Sendable {
     /// Whether other processes see the same buckets: then keys must not depend on this
     /// process (long keys are shortened with a hash every replica computes alike).
     var sharesBucketsAcrossProcesses: Bool { get }
+    /// Whether `acquireImmediately` can decide (it returns a decision, not `nil`).
+    var decidesImmediately: Bool { get }
 }
 
 extension RateLimitStore {
@@ -78,6 +80,7 @@ extension RateLimitStore {
     public func cancel(_ key: String, reservation: RateLimitDecision, at now: ContinuousClock.Instant) async {}
     public func cancelImmediately(_ key: String, reservation: RateLimitDecision, at now: ContinuousClock.Instant) {}
     public var sharesBucketsAcrossProcesses: Bool { false }
+    public var decidesImmediately: Bool { false }
 
     /// One token now or a refusal: `on_limit: reject`.
     public func acquire(_ key: String, at now: ContinuousClock.Instant) async throws -> RateLimitDecision {
@@ -169,6 +172,8 @@ public final class InMemoryRateLimitStore: RateLimitStore {
     public func acquireImmediately(_ key: String, at now: ContinuousClock.Instant, maxWait: Duration) -> RateLimitDecision? {
         take(key, at: now, maxWait: maxWait)
     }
+
+    public var decidesImmediately: Bool { true }
 
     public func cancel(_ key: String, reservation: RateLimitDecision, at now: ContinuousClock.Instant) async {
         giveBack(key, at: now)

@@ -20,6 +20,7 @@ struct TracedRoute: Responder {
     let httpRoute: String?
 
     var answersImmediately: Bool { inner.answersImmediately }
+    var defersStart: Bool { inner.defersStart }
 
     /// A span started for an immediate answer that needed a task after all: `respond` goes on with it.
     enum PendingSpan: RequestStatsKey {

@@ -203,6 +203,25 @@ struct RateLimitWaitingTests {
         #expect(fourthStart?.at == clock.now.advanced(by: .milliseconds(500)), "the slot the third gave back")
     }
 
+    /// A step that always needs the task (as `retry` or `auth` does).
+    struct NeedsTask: Middleware {
+        func handle(_ request: GatewayRequest, context: RequestContext, next: NextHandler) async throws -> GatewayResponse {
+            try await next(request, context)
+        }
+    }
+
+    @Test("the gateway looks for a deferred start only on chains whose limit can set one, reached at once")
+    func chainsThatDefer() {
+        let endpoint = Endpoint(next: Upstream().next)
+        #expect(MiddlewareChain([middleware()], endpoint: endpoint).defersStart)
+        #expect(!MiddlewareChain([middleware { $0.onLimit = .reject }], endpoint: endpoint).defersStart)
+        #expect(!MiddlewareChain([middleware { $0.priorityHeader = "X-Priority" }], endpoint: endpoint).defersStart,
+                "priorities wait in the task's line")
+        #expect(!MiddlewareChain([NeedsTask(), middleware()], endpoint: endpoint).defersStart,
+                "behind a step that needs the task, the limit never runs at once")
+        #expect(MiddlewareChain([middleware(), NeedsTask()], endpoint: endpoint).defersStart)
+    }
+
     @Test("with priority: a request decided on the server's thread still waits in the bucket's line, in its task")
     func priorityWaitsInTheTask() async throws {
         let limiter = middleware { $0.priorityHeader = "X-Priority" }, upstream = Upstream()
