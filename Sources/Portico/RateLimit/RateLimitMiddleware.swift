@@ -97,10 +97,12 @@ public struct RateLimitMiddleware: ImmediateMiddleware {
         if !decision.allowed, priorityField != nil, patience > .zero { return nil }
         try check(decision, patience: patience, context: context)
         if decision.wait > .zero {
-            if priorityField != nil {
-                store.cancelImmediately(key, reservation: decision, at: context.clock.now)
-            } else {
+            // The same test the gateway makes before it looks for the deferred start, so a start
+            // is never deferred where nothing would wait for it.
+            if defersStart {
                 try deferStart(decision, key: key, context: context)
+            } else {
+                store.cancelImmediately(key, reservation: decision, at: context.clock.now)
             }
             return nil
         }
